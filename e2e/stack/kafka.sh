@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Apache Kafka (KRaft, one node acting as broker and controller) on
+# $KAFKA_PORT, from jars gathered off Maven Central. Usage: kafka.sh up|down|status
+source "$(dirname "$0")/lib.sh"
+
+KAFKA_DATA=$RUN_DIR/kafka
+KAFKA_BRIDGE_PORT=19094
+
+install_jars() {
+  [ -f "$KAFKA_HOME/.complete" ] && return 0
+  log "gathering Kafka $KAFKA_VERSION jars from Maven Central"
+  rm -rf "$KAFKA_HOME.tmp" && mkdir -p "$KAFKA_HOME.tmp"
+  mvn -q -B -Dstyle.color=never -f "$STACK_DIR/kafka/pom.xml" -Dmaven.repo.local="$CACHE_DIR/m2" \
+    -Dkafka.version="$KAFKA_VERSION" \
+    dependency:copy-dependencies -DoutputDirectory="$KAFKA_HOME.tmp/lib"
+  touch "$KAFKA_HOME.tmp/.complete"
+  rm -rf "$KAFKA_HOME" && mv "$KAFKA_HOME.tmp" "$KAFKA_HOME"
+}
+
+kafka_java() { java -cp "$KAFKA_HOME/lib/*" -Dlog4j2.configurationFile="$KAFKA_DATA/log4j2.properties" "$@"; }
+
+write_config() {
+  mkdir -p "$KAFKA_DATA"
+  local listeners="PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT"
+  local advertised="PLAINTEXT://127.0.0.1:$KAFKA_PORT"
+  local protocols="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+  # Pods reach the broker through the test bridge, on a listener of their own.
+  if ip -4 addr show 2>/dev/null | grep -q "inet $BRIDGE_IP/"; then
+    listeners+=",BRIDGE://$BRIDGE_IP:$KAFKA_BRIDGE_PORT"
+    advertised+=",BRIDGE://$BRIDGE_IP:$KAFKA_BRIDGE_PORT"
+    protocols+=",BRIDGE:PLAINTEXT"
+  fi
+  cat >"$KAFKA_DATA/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT
+listeners=$listeners
+advertised.listeners=$advertised
+listener.security.protocol.map=$protocols
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$KAFKA_DATA/data
+num.partitions=1
+offsets.topic.num.partitions=10
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+PROPS
+  cat >"$KAFKA_DATA/log4j2.properties" <<'PROPS'
+rootLogger.level=INFO
+rootLogger.appenderRef.stdout.ref=STDOUT
+appender.stdout.type=Console
+appender.stdout.name=STDOUT
+appender.stdout.layout.type=PatternLayout
+appender.stdout.layout.pattern=[%d] %p %m (%c)%n
+logger.kafka.name=kafka
+logger.kafka.level=WARN
+logger.apache.name=org.apache.kafka
+logger.apache.level=WARN
+PROPS
+}
+
+metadata_ok() { kcat -b "127.0.0.1:$KAFKA_PORT" -L -m 2 2>/dev/null | grep -q '1 brokers'; }
+
+up() {
+  install_jars
+  if is_running kafka; then
+    log "kafka already running"
+    return 0
+  fi
+  write_config
+  if [ ! -f "$KAFKA_DATA/data/meta.properties" ]; then
+    kafka_java kafka.tools.StorageTool format -t "$(kafka_java kafka.tools.StorageTool random-uuid)" \
+      -c "$KAFKA_DATA/server.properties" >"$LOG_DIR/kafka-format.log"
+  fi
+  start_bg kafka java -Xms256m -Xmx512m -XX:+UseSerialGC -cp "$KAFKA_HOME/lib/*" \
+    -Dlog4j2.configurationFile="$KAFKA_DATA/log4j2.properties" kafka.Kafka "$KAFKA_DATA/server.properties"
+  wait_until 60 kafka metadata_ok
+  log "kafka ready on $KAFKA_PORT"
+}
+
+down() { stop_pid kafka; }
+
+status() {
+  if metadata_ok; then echo "kafka          up    127.0.0.1:$KAFKA_PORT"; else echo "kafka          DOWN"; fi
+}
+
+"${1:-up}"

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# PostgreSQL 15 on $PG_PORT, run as the `postgres` user (the server refuses
+# root) from a data directory under the run dir. Usage: postgres.sh up|down|status
+source "$(dirname "$0")/lib.sh"
+
+PG_BIN=/usr/lib/postgresql/15/bin
+PG_DATA=$RUN_DIR/postgres/data
+PG_SOCK=$RUN_DIR/postgres/sock
+DB_NAME=flashsale
+
+as_postgres() {
+  if [ "$(id -un)" = postgres ]; then "$@"; else as_root runuser -u postgres -- "$@"; fi
+}
+
+listen_addrs() {
+  if ip -4 addr show 2>/dev/null | grep -q "inet $BRIDGE_IP/"; then echo "127.0.0.1,$BRIDGE_IP"; else echo 127.0.0.1; fi
+}
+
+up() {
+  mkdir -p "$RUN_DIR/postgres" "$PG_SOCK"
+  # The postgres user must be able to reach its directories under the repo.
+  chmod o+x "$RUN_DIR" "$RUN_DIR/postgres"
+  as_root chown postgres: "$RUN_DIR/postgres" "$PG_SOCK"
+  touch "$LOG_DIR/postgres.log" && as_root chown postgres: "$LOG_DIR/postgres.log"
+  chmod o+x "$LOG_DIR"
+  if [ ! -f "$PG_DATA/PG_VERSION" ]; then
+    as_postgres "$PG_BIN/initdb" -D "$PG_DATA" -A trust -U postgres -E UTF8 >"$LOG_DIR/postgres-initdb.log"
+    # Pods on the test bridge connect over TCP too.
+    echo "host all all $POD_CIDR trust" | as_postgres tee -a "$PG_DATA/pg_hba.conf" >/dev/null
+  fi
+  if ! as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then
+    as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$LOG_DIR/postgres.log" -w -t 30 start \
+      -o "-p $PG_PORT -k $PG_SOCK -c listen_addresses=$(listen_addrs) -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" >/dev/null
+  fi
+  head -1 "$PG_DATA/postmaster.pid" >"$(pid_file postgres)"
+  if ! psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -tAc "select 1 from pg_database where datname='$DB_NAME'" | grep -q 1; then
+    psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -qc "create database $DB_NAME"
+  fi
+  log "postgres ready on $PG_PORT (database $DB_NAME)"
+}
+
+down() {
+  if [ -f "$PG_DATA/postmaster.pid" ]; then
+    as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w stop >/dev/null 2>&1 || true
+  fi
+  stop_pid postgres
+}
+
+status() {
+  if pg_isready -q -h 127.0.0.1 -p "$PG_PORT"; then echo "postgres       up    127.0.0.1:$PG_PORT/$DB_NAME"; else echo "postgres       DOWN"; fi
+}
+
+"${1:-up}"

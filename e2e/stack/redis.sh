@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Redis: one node on $REDIS_PORT and a 3-master Redis Cluster on
+# ${REDIS_CLUSTER_PORTS[*]}. Usage: redis.sh up|down|status
+source "$(dirname "$0")/lib.sh"
+
+# Cluster nodes announce the bridge address when the node's bridge exists, so
+# MOVED redirects send pods somewhere they can reach; loopback otherwise.
+announce_ip() {
+  if ip -4 addr show 2>/dev/null | grep -q "inet $BRIDGE_IP/"; then echo "$BRIDGE_IP"; else echo 127.0.0.1; fi
+}
+
+bind_addrs() {
+  if [ "$(announce_ip)" = "$BRIDGE_IP" ]; then echo "127.0.0.1 $BRIDGE_IP"; else echo 127.0.0.1; fi
+}
+
+start_node() { # NAME PORT EXTRA_ARGS...
+  local name=$1 port=$2
+  shift 2
+  local dir=$RUN_DIR/$name
+  mkdir -p "$dir"
+  # shellcheck disable=SC2046
+  start_bg "$name" redis-server --port "$port" --bind $(bind_addrs) --dir "$dir" \
+    --save '' --appendonly no --daemonize no --protected-mode no "$@"
+}
+
+up() {
+  start_node redis "$REDIS_PORT"
+  for port in "${REDIS_CLUSTER_PORTS[@]}"; do
+    start_node "redis-cluster-$port" "$port" --cluster-enabled yes \
+      --cluster-config-file nodes.conf --cluster-node-timeout 5000 \
+      --cluster-announce-ip "$(announce_ip)"
+  done
+  wait_until 10 redis redis-cli -p "$REDIS_PORT" ping
+  for port in "${REDIS_CLUSTER_PORTS[@]}"; do
+    wait_until 10 "redis cluster node $port" redis-cli -p "$port" ping
+  done
+  local first=${REDIS_CLUSTER_PORTS[0]}
+  if ! redis-cli -p "$first" cluster info | grep -q 'cluster_state:ok'; then
+    if [ "$(redis-cli -p "$first" cluster info | sed -n 's/^cluster_known_nodes:\([0-9]*\).*/\1/p')" = 1 ]; then
+      local nodes=()
+      for port in "${REDIS_CLUSTER_PORTS[@]}"; do nodes+=("127.0.0.1:$port"); done
+      redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >"$LOG_DIR/redis-cluster-create.log"
+    fi
+    wait_until 20 "redis cluster state ok" sh -c "redis-cli -p $first cluster info | grep -q cluster_state:ok"
+  fi
+  log "redis ready on $REDIS_PORT, cluster on ${REDIS_CLUSTER_PORTS[*]}"
+}
+
+down() {
+  for port in "${REDIS_CLUSTER_PORTS[@]}"; do stop_pid "redis-cluster-$port"; done
+  stop_pid redis
+}
+
+status() {
+  if redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG; then echo "redis          up    127.0.0.1:$REDIS_PORT"; else echo "redis          DOWN"; fi
+  local state
+  state=$(redis-cli -p "${REDIS_CLUSTER_PORTS[0]}" cluster info 2>/dev/null | tr -d '\r' | sed -n 's/^cluster_state://p')
+  echo "redis-cluster  ${state:-DOWN}    ${REDIS_CLUSTER_PORTS[*]}"
+}
+
+"${1:-up}"

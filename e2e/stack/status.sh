@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Prints the stack's addresses and each service's health.
+source "$(dirname "$0")/lib.sh"
+
+if [ -f "$ENV_FILE" ]; then
+  echo "== $ENV_FILE"
+  grep '^export' "$ENV_FILE" | sed 's/^export /  /'
+else
+  echo "no $ENV_FILE: the stack was never started (make up)"
+fi
+echo "== services"
+"$STACK_DIR/redis.sh" status
+"$STACK_DIR/postgres.sh" status
+"$STACK_DIR/kafka.sh" status
+"$STACK_DIR/kube.sh" status

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Writes $RUN_DIR/env: shell-sourceable addresses of everything the stack runs.
+source "$(dirname "$0")/lib.sh"
+
+cluster_urls=()
+for port in "${REDIS_CLUSTER_PORTS[@]}"; do cluster_urls+=("redis://127.0.0.1:$port"); done
+cluster_csv=$(IFS=,; echo "${cluster_urls[*]}")
+
+cat >"$ENV_FILE.tmp" <<ENV
+# Written by e2e/stack/write-env.sh: source it (. $ENV_FILE).
+export PATH="$K8S_BIN:$ETCD_BIN:$HELM_BIN:\$PATH"
+export KUBECONFIG='$RUN_DIR/kubeconfig'
+export REDIS_URL='redis://127.0.0.1:$REDIS_PORT'
+export REDIS_CLUSTER_URLS='$cluster_csv'
+export DATABASE_URL='postgres://postgres@127.0.0.1:$PG_PORT/flashsale'
+export KAFKA_BOOTSTRAP='127.0.0.1:$KAFKA_PORT'
+export FLASHSALE_RUN='$RUN_DIR'
+export FLASHSALE_LOGS='$LOG_DIR'
+ENV
+mv "$ENV_FILE.tmp" "$ENV_FILE"

@@ -1,0 +1,130 @@
+//! Finds the real local stack for FlashSale's tests.
+//!
+//! `make up` starts Redis, a Redis Cluster, PostgreSQL, Kafka and a Kubernetes
+//! control plane and writes their addresses to `.run/env`; `make test` exports
+//! that file before running `cargo test`. A test asks here for an address: the
+//! process environment wins, then `.run/env`. A service that is not there is a
+//! failure naming the command that starts it — never a skip.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// The command that starts everything the tests need.
+pub const START_HINT: &str = "start the stack with `make up` (`make test` does it for you)";
+
+/// The run directory of the stack: `$FLASHSALE_RUN`, else `<repo>/.run`.
+pub fn run_dir() -> PathBuf {
+    std::env::var_os("FLASHSALE_RUN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_dir().join(".run"))
+}
+
+/// The repository's top directory.
+pub fn repo_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn env_file() -> &'static HashMap<String, String> {
+    static FILE: OnceLock<HashMap<String, String>> = OnceLock::new();
+    FILE.get_or_init(|| {
+        std::fs::read_to_string(run_dir().join("env"))
+            .map(|text| parse_env_file(&text))
+            .unwrap_or_default()
+    })
+}
+
+/// Parses the `export NAME='value'` lines the stack scripts write.
+fn parse_env_file(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            let line = line.strip_prefix("export ").unwrap_or(line);
+            let (name, value) = line.split_once('=')?;
+            if name.starts_with('#') || name.is_empty() {
+                return None;
+            }
+            let value = value.trim();
+            let value = value
+                .strip_prefix('\'')
+                .and_then(|v| v.strip_suffix('\''))
+                .unwrap_or(value);
+            Some((name.to_string(), value.to_string()))
+        })
+        .collect()
+}
+
+/// The value of a stack variable, or a panic that says how to start the stack.
+pub fn var(name: &str) -> String {
+    std::env::var(name)
+        .ok()
+        .or_else(|| env_file().get(name).cloned())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| {
+            panic!(
+                "{name} is not set and {} has no value for it: the real service is missing; {START_HINT}",
+                run_dir().join("env").display()
+            )
+        })
+}
+
+/// Single-node Redis, e.g. `redis://127.0.0.1:16379`.
+pub fn redis_url() -> String {
+    var("REDIS_URL")
+}
+
+/// The seed nodes of the 3-master Redis Cluster.
+pub fn redis_cluster_urls() -> Vec<String> {
+    var("REDIS_CLUSTER_URLS")
+        .split(',')
+        .map(str::to_string)
+        .collect()
+}
+
+/// PostgreSQL, e.g. `postgres://postgres@127.0.0.1:15432/flashsale`.
+pub fn database_url() -> String {
+    var("DATABASE_URL")
+}
+
+/// Kafka bootstrap servers, e.g. `127.0.0.1:19092`.
+pub fn kafka_bootstrap() -> String {
+    var("KAFKA_BOOTSTRAP")
+}
+
+/// The admin kubeconfig of the stack's Kubernetes API server.
+pub fn kubeconfig() -> PathBuf {
+    PathBuf::from(var("KUBECONFIG"))
+}
+
+/// A name no other test run uses, for topics, databases, sales and namespaces:
+/// `prefix-<pid>-<counter>` in lower case.
+pub fn unique_name(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    format!(
+        "{prefix}-{:x}{:x}-{}",
+        std::process::id(),
+        nanos % 0xfff,
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_exported_quoted_values() {
+        let parsed = parse_env_file(
+            "# comment\nexport REDIS_URL='redis://127.0.0.1:1'\nPLAIN=x\nexport EMPTY=''\n",
+        );
+        assert_eq!(parsed["REDIS_URL"], "redis://127.0.0.1:1");
+        assert_eq!(parsed["PLAIN"], "x");
+        assert_eq!(parsed["EMPTY"], "");
+        assert!(!parsed.contains_key("# comment"));
+    }
+}

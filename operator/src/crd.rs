@@ -1,0 +1,341 @@
+//! The `FlashSale` custom resource: what a merchant declares and what the
+//! operator reports back. `crdgen` prints its CustomResourceDefinition; every
+//! rule the API server can check at apply time is a schema bound or a CEL rule
+//! here, so an invalid sale is refused by `kubectl apply`, not discovered later.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::core::Duration;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A flash sale: stock of one SKU sold in a time window, at most
+/// `purchaseLimit` units per shopper.
+#[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "flashsale.dev",
+    version = "v1alpha1",
+    kind = "FlashSale",
+    plural = "flashsales",
+    shortname = "fs",
+    category = "flashsale",
+    namespaced,
+    status = "FlashSaleStatus",
+    doc = "A flash sale: stock of one SKU sold in a time window, at most purchaseLimit units per shopper.",
+    printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
+    printcolumn(name = "Stock", type_ = "integer", json_path = ".spec.stock"),
+    printcolumn(name = "Sold", type_ = "integer", json_path = ".status.stock.sold"),
+    printcolumn(name = "Start", type_ = "string", json_path = ".spec.window.start"),
+    printcolumn(name = "End", type_ = "string", json_path = ".spec.window.end"),
+    printcolumn(name = "Lag", type_ = "integer", json_path = ".status.consumers.lag"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new("self.metadata.name.size() <= 40 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')")
+        .message("metadata.name must be a DNS label of at most 40 characters: it names the sale's Deployment, topics and Redis keys"),
+)]
+#[x_kube(validation = Rule::new("self.window.end > self.window.start").message("window.end must be after window.start"))]
+#[x_kube(validation = Rule::new("self.consumers.minReplicas <= self.consumers.maxReplicas").message("consumers.minReplicas must not exceed consumers.maxReplicas"))]
+#[x_kube(validation = Rule::new("!has(self.consumers.maxLag) || self.consumers.maxLag >= self.consumers.lagPerReplica").message("consumers.maxLag must be at least consumers.lagPerReplica"))]
+#[serde(rename_all = "camelCase")]
+pub struct FlashSaleSpec {
+    /// The product sold. Immutable.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("sku is immutable"))]
+    #[schemars(length(min = 1, max = 64))]
+    pub sku: String,
+
+    /// Units for sale. May grow at any time (restock); may shrink only down to
+    /// the units already sold (the operator refuses less, with a condition).
+    #[schemars(range(min = 0, max = 10_000_000))]
+    pub stock: i32,
+
+    /// When shoppers may buy. `end` may be extended while the sale is live.
+    pub window: SaleWindow,
+
+    /// Units one shopper may hold in this sale. May grow, never shrink.
+    #[serde(default = "default_purchase_limit")]
+    #[schemars(range(min = 1, max = 1000))]
+    #[x_kube(validation = Rule::new("self >= oldSelf").message("purchaseLimit may grow but never shrink"))]
+    pub purchase_limit: i32,
+
+    /// How stock is spread over Redis to avoid one hot key.
+    #[serde(default)]
+    pub sharding: Sharding,
+
+    /// When Redis is warmed before the start.
+    #[serde(default)]
+    pub warmup: Warmup,
+
+    /// When the sale's Redis state is removed after the end.
+    #[serde(default)]
+    pub cleanup: Cleanup,
+
+    /// The kill switch: while true, every purchase is refused with PAUSED.
+    #[serde(default)]
+    pub paused: bool,
+
+    /// The sale's consumer Deployment, scaled from Kafka lag.
+    #[serde(default)]
+    pub consumers: Consumers,
+
+    /// How long an order may stay unpaid.
+    #[serde(default)]
+    pub payment: Payment,
+
+    /// How often Redis, Kafka and PostgreSQL are compared while the sale lives.
+    #[serde(default)]
+    pub reconcile: Reconcile,
+}
+
+fn default_purchase_limit() -> i32 {
+    1
+}
+
+/// The sale's time window, RFC 3339 timestamps.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+pub struct SaleWindow {
+    /// First instant a purchase is accepted.
+    pub start: Time,
+    /// First instant purchases are refused again (exclusive).
+    pub end: Time,
+}
+
+/// Stock sharding.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+pub struct Sharding {
+    /// Number of Redis stock shards (1..1024). Immutable.
+    #[serde(default = "default_shards")]
+    #[schemars(range(min = 1, max = 1024))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("sharding.shards is immutable"))]
+    pub shards: i32,
+}
+
+fn default_shards() -> i32 {
+    1
+}
+
+impl Default for Sharding {
+    fn default() -> Self {
+        Self {
+            shards: default_shards(),
+        }
+    }
+}
+
+/// A Go-style duration bounded by CEL at apply time.
+macro_rules! duration_section {
+    ($(#[$doc:meta])* $name:ident, $field:ident, $json:literal, $default:literal, $rule:literal, $msg:literal) => {
+        $(#[$doc])*
+        #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+        #[serde(rename_all = "camelCase")]
+        pub struct $name {
+            #[doc = concat!("Go-style duration (e.g. 90s, 30m, 1h30m); default ", $default, ".")]
+            #[serde(default = $json)]
+            #[x_kube(validation = Rule::new($rule).message($msg))]
+            pub $field: Duration,
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self {
+                    $field: $default.parse().expect("default durations parse"),
+                }
+            }
+        }
+    };
+}
+
+duration_section!(
+    /// Warm-up timing.
+    Warmup, lead_time, "default_lead_time", "30m",
+    "duration(self) >= duration('0s') && duration(self) <= duration('168h')",
+    "warmup.leadTime must be between 0s and 168h"
+);
+duration_section!(
+    /// Cleanup timing.
+    Cleanup, after, "default_cleanup_after", "30m",
+    "duration(self) >= duration('0s') && duration(self) <= duration('720h')",
+    "cleanup.after must be between 0s and 720h"
+);
+duration_section!(
+    /// Payment.
+    Payment, timeout, "default_payment_timeout", "15m",
+    "duration(self) >= duration('1s') && duration(self) <= duration('168h')",
+    "payment.timeout must be between 1s and 168h"
+);
+duration_section!(
+    /// Periodic reconciliation.
+    Reconcile, interval, "default_reconcile_interval", "10m",
+    "duration(self) >= duration('10s') && duration(self) <= duration('24h')",
+    "reconcile.interval must be between 10s and 24h"
+);
+
+fn default_lead_time() -> Duration {
+    Warmup::default().lead_time
+}
+fn default_cleanup_after() -> Duration {
+    Cleanup::default().after
+}
+fn default_payment_timeout() -> Duration {
+    Payment::default().timeout
+}
+fn default_reconcile_interval() -> Duration {
+    Reconcile::default().interval
+}
+
+/// The consumer Deployment and how it scales from Kafka lag.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Consumers {
+    /// Fewest replicas; 0 scales to zero while there is no lag.
+    #[serde(default = "default_min_replicas")]
+    #[schemars(range(min = 0, max = 256))]
+    pub min_replicas: i32,
+    /// Most replicas; also the topic's partition count, the effective cap.
+    #[serde(default = "default_max_replicas")]
+    #[schemars(range(min = 1, max = 256))]
+    pub max_replicas: i32,
+    /// Lag one replica is expected to absorb.
+    #[serde(default = "default_lag_per_replica")]
+    #[schemars(range(min = 1, max = 1_000_000))]
+    pub lag_per_replica: i32,
+    /// Backpressure: above this lag purchases answer BUSY. Default 50 x lagPerReplica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_lag: Option<i64>,
+    /// How often lag is read.
+    #[serde(default = "default_poll_interval")]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('100ms') && duration(self) <= duration('5m')").message("consumers.pollInterval must be between 100ms and 5m"))]
+    pub poll_interval: Duration,
+    /// How long lag must stay low before replicas are removed.
+    #[serde(default = "default_scale_down_stabilization")]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('0s') && duration(self) <= duration('1h')").message("consumers.scaleDownStabilization must be between 0s and 1h"))]
+    pub scale_down_stabilization: Duration,
+}
+
+fn default_min_replicas() -> i32 {
+    1
+}
+fn default_max_replicas() -> i32 {
+    12
+}
+fn default_lag_per_replica() -> i32 {
+    500
+}
+fn default_poll_interval() -> Duration {
+    "2s".parse().expect("default durations parse")
+}
+fn default_scale_down_stabilization() -> Duration {
+    "60s".parse().expect("default durations parse")
+}
+
+impl Default for Consumers {
+    fn default() -> Self {
+        Self {
+            min_replicas: default_min_replicas(),
+            max_replicas: default_max_replicas(),
+            lag_per_replica: default_lag_per_replica(),
+            max_lag: None,
+            poll_interval: default_poll_interval(),
+            scale_down_stabilization: default_scale_down_stabilization(),
+        }
+    }
+}
+
+impl Consumers {
+    /// The lag above which purchases answer BUSY.
+    pub fn effective_max_lag(&self) -> i64 {
+        self.max_lag.unwrap_or(50 * i64::from(self.lag_per_replica))
+    }
+}
+
+/// Where a sale is in its life.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum SaleState {
+    /// Waiting for the warm-up instant.
+    Scheduled,
+    /// Loading Redis from the database and verifying it.
+    Warming,
+    /// Redis verified; waiting for the start.
+    Warm,
+    /// Purchases accepted.
+    Live,
+    /// Kill switch on.
+    Paused,
+    /// Every unit is sold.
+    SoldOut,
+    /// The window is over; the final reconciliation runs.
+    Ended,
+    /// Removing the sale's Redis state.
+    CleaningUp,
+    /// Done; orders remain in the database.
+    Completed,
+    /// Something needs a person (see the conditions).
+    Failed,
+}
+
+/// What the operator reports.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FlashSaleStatus {
+    /// The spec generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Lifecycle state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<SaleState>,
+    /// Stock accounting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stock: Option<StockStatus>,
+    /// The consumer Deployment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumers: Option<ConsumersStatus>,
+    /// The last reconciliation's findings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_reconciliation: Option<ReconciliationSummary>,
+    /// Conditions: Ready, Warmed, Live, Paused, SoldOut, ConsumersReady,
+    /// Reconciled, CleanedUp, Degraded.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
+/// Units, by where they are.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StockStatus {
+    /// Units for sale (spec.stock as applied).
+    pub total: i64,
+    /// Accepted, not yet persisted (in Redis and Kafka).
+    pub reserved: i64,
+    /// Persisted in live orders (UNPAID or PAID).
+    pub persisted: i64,
+    /// Units still purchasable.
+    pub remaining: i64,
+    /// reserved + persisted.
+    pub sold: i64,
+}
+
+/// The consumer Deployment's scale.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsumersStatus {
+    /// Replicas the Deployment has.
+    pub replicas: i32,
+    /// Replicas the lag asks for.
+    pub desired_replicas: i32,
+    /// Messages not yet consumed.
+    pub lag: i64,
+    /// When replicas last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_scale_time: Option<Time>,
+}
+
+/// Summary of the last reconciliation job.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReconciliationSummary {
+    /// When it finished.
+    pub time: Time,
+    /// Differences found between Redis, Kafka and PostgreSQL.
+    pub drift_found: i64,
+    /// Differences repaired.
+    pub drift_repaired: i64,
+}

@@ -1,0 +1,127 @@
+//! Creating and deleting a sale's topics with the rdkafka admin client.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::error::RDKafkaErrorCode;
+
+use super::client_config;
+
+/// How long an admin request may take.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A Kafka admin client.
+pub struct Admin {
+    client: Arc<AdminClient<DefaultClientContext>>,
+}
+
+/// A failed admin request.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// The client could not be built or the request not sent.
+    #[error("kafka admin request failed: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    /// A created topic still has partitions without a leader.
+    #[error("kafka topic {0} has partitions without a leader after 10 s")]
+    NoLeader(String),
+    /// The broker refused the change for one topic.
+    #[error("kafka refused to {action} topic {topic}: {code}")]
+    Refused {
+        /// create or delete.
+        action: &'static str,
+        /// The topic.
+        topic: String,
+        /// The broker's reason.
+        code: RDKafkaErrorCode,
+    },
+}
+
+impl Admin {
+    /// An admin client for the cluster at `bootstrap`.
+    pub fn new(bootstrap: &str) -> Result<Self, AdminError> {
+        Ok(Self {
+            client: Arc::new(client_config(bootstrap).create()?),
+        })
+    }
+
+    fn options() -> AdminOptions {
+        AdminOptions::new()
+            .request_timeout(Some(ADMIN_TIMEOUT))
+            .operation_timeout(Some(ADMIN_TIMEOUT))
+    }
+
+    /// Creates each topic with `partitions` partitions and waits until every
+    /// partition has a leader, so producers and lag readers can use them at
+    /// once; an existing topic is left as it is (idempotent).
+    pub async fn ensure_topics(&self, names: &[&str], partitions: i32) -> Result<(), AdminError> {
+        let topics: Vec<NewTopic<'_>> = names
+            .iter()
+            .map(|name| NewTopic::new(name, partitions, TopicReplication::Fixed(1)))
+            .collect();
+        for result in self.client.create_topics(&topics, &Self::options()).await? {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((topic, code)) => {
+                    return Err(AdminError::Refused {
+                        action: "create",
+                        topic,
+                        code,
+                    });
+                }
+            }
+        }
+        for name in names {
+            self.wait_for_leaders(name).await?;
+        }
+        Ok(())
+    }
+
+    async fn wait_for_leaders(&self, topic: &str) -> Result<(), AdminError> {
+        let deadline = tokio::time::Instant::now() + ADMIN_TIMEOUT;
+        loop {
+            let client = self.client.clone();
+            let name = topic.to_string();
+            let metadata = tokio::task::spawn_blocking(move || {
+                client
+                    .inner()
+                    .fetch_metadata(Some(&name), Duration::from_secs(2))
+            })
+            .await
+            .expect("metadata fetch does not panic")?;
+            let ready = metadata.topics().iter().any(|t| {
+                t.name() == topic
+                    && t.error().is_none()
+                    && !t.partitions().is_empty()
+                    && t.partitions()
+                        .iter()
+                        .all(|p| p.leader() >= 0 && p.error().is_none())
+            });
+            if ready {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(AdminError::NoLeader(topic.to_string()));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Deletes the topics; a missing topic is fine (idempotent).
+    pub async fn delete_topics(&self, names: &[&str]) -> Result<(), AdminError> {
+        for result in self.client.delete_topics(names, &Self::options()).await? {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
+                Err((topic, code)) => {
+                    return Err(AdminError::Refused {
+                        action: "delete",
+                        topic,
+                        code,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,197 @@
+//! Consumer-group lag: per partition, the newest offset minus the group's
+//! committed offset. A partition the group never committed counts from its
+//! earliest offset: every message in it is still to be consumed (the Kafka
+//! CLI's `--describe` omits such partitions; we do not).
+
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::client_config;
+
+/// The offsets of one partition that lag is computed from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionOffsets {
+    /// Partition number.
+    pub partition: i32,
+    /// Oldest offset still in the log.
+    pub earliest: i64,
+    /// The high watermark: the offset the next message will get.
+    pub latest: i64,
+    /// The group's committed offset (the next message it will read), if any.
+    pub committed: Option<i64>,
+}
+
+impl PartitionOffsets {
+    /// Messages in this partition the group has not consumed yet.
+    pub fn lag(&self) -> i64 {
+        // A committed offset older than the log start counts from the start.
+        let from = self.committed.unwrap_or(self.earliest).max(self.earliest);
+        (self.latest - from).max(0)
+    }
+}
+
+/// The lag of one consumer group on one topic.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupLag {
+    /// Per partition, in partition order.
+    pub partitions: Vec<PartitionOffsets>,
+}
+
+impl GroupLag {
+    /// The sum over partitions.
+    pub fn total(&self) -> i64 {
+        self.partitions.iter().map(PartitionOffsets::lag).sum()
+    }
+
+    /// Partitions that hold unconsumed messages.
+    pub fn partitions_with_lag(&self) -> usize {
+        self.partitions.iter().filter(|p| p.lag() > 0).count()
+    }
+}
+
+/// Reads a group's lag without joining the group (no rebalance is caused).
+pub struct LagReader {
+    consumer: std::sync::Arc<BaseConsumer>,
+}
+
+/// Lag could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("failed to read consumer-group lag: {0}")]
+pub struct LagError(String);
+
+impl From<rdkafka::error::KafkaError> for LagError {
+    fn from(e: rdkafka::error::KafkaError) -> Self {
+        Self(e.to_string())
+    }
+}
+
+const LAG_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl LagReader {
+    /// A reader for `group` on the cluster at `bootstrap`.
+    pub fn new(bootstrap: &str, group: &str) -> Result<Self, LagError> {
+        let consumer: BaseConsumer = client_config(bootstrap)
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .create()?;
+        Ok(Self {
+            consumer: std::sync::Arc::new(consumer),
+        })
+    }
+
+    /// The group's lag on `topic`: three requests (metadata, list offsets,
+    /// committed offsets) whatever the partition count.
+    pub async fn read(&self, topic: &str) -> Result<GroupLag, LagError> {
+        let consumer = self.consumer.clone();
+        let topic = topic.to_string();
+        tokio::task::spawn_blocking(move || read_blocking(&consumer, &topic))
+            .await
+            .map_err(|e| LagError(e.to_string()))?
+    }
+}
+
+fn read_blocking(consumer: &BaseConsumer, topic: &str) -> Result<GroupLag, LagError> {
+    let metadata = consumer.fetch_metadata(Some(topic), LAG_TIMEOUT)?;
+    let partitions: Vec<i32> = metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic && t.error().is_none())
+        .ok_or_else(|| LagError(format!("topic {topic} does not exist")))?
+        .partitions()
+        .iter()
+        .map(|p| p.id())
+        .collect();
+    // ListOffsets takes timestamps: -1 asks for the newest offset, -2 the oldest.
+    let list = |at: Offset| -> Result<Vec<i64>, LagError> {
+        let mut tpl = TopicPartitionList::new();
+        for &p in &partitions {
+            tpl.add_partition_offset(topic, p, at)?;
+        }
+        let found = consumer.offsets_for_times(tpl, LAG_TIMEOUT)?;
+        partitions
+            .iter()
+            .map(
+                |&p| match found.find_partition(topic, p).map(|e| e.offset()) {
+                    Some(Offset::Offset(o)) => Ok(o),
+                    other => Err(LagError(format!("no offset for {topic}/{p}: {other:?}"))),
+                },
+            )
+            .collect()
+    };
+    let latest = list(Offset::End)?;
+    let earliest = list(Offset::Beginning)?;
+    let mut tpl = TopicPartitionList::new();
+    for &p in &partitions {
+        tpl.add_partition(topic, p);
+    }
+    let committed = consumer.committed_offsets(tpl, LAG_TIMEOUT)?;
+    let partitions = partitions
+        .iter()
+        .zip(latest.iter().zip(&earliest))
+        .map(|(&partition, (&latest, &earliest))| PartitionOffsets {
+            partition,
+            earliest,
+            latest,
+            committed: match committed
+                .find_partition(topic, partition)
+                .map(|e| e.offset())
+            {
+                Some(Offset::Offset(o)) => Some(o),
+                _ => None,
+            },
+        })
+        .collect();
+    Ok(GroupLag { partitions })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_lag_table() {
+        let cases = [
+            // (description, earliest, latest, committed, lag)
+            ("empty partition, never committed", 0, 0, None, 0),
+            ("never committed counts from earliest", 0, 10, None, 10),
+            ("never committed, log start moved", 4, 10, None, 6),
+            ("committed mid-way", 0, 10, Some(7), 3),
+            ("fully consumed", 0, 10, Some(10), 0),
+            ("committed before log start", 5, 10, Some(2), 5),
+            ("committed beyond latest is no lag", 0, 10, Some(12), 0),
+        ];
+        for (what, earliest, latest, committed, lag) in cases {
+            let p = PartitionOffsets {
+                partition: 0,
+                earliest,
+                latest,
+                committed,
+            };
+            assert_eq!(p.lag(), lag, "{what}");
+        }
+    }
+
+    #[test]
+    fn group_lag_sums_partitions() {
+        let lag = GroupLag {
+            partitions: vec![
+                PartitionOffsets {
+                    partition: 0,
+                    earliest: 0,
+                    latest: 5,
+                    committed: Some(5),
+                },
+                PartitionOffsets {
+                    partition: 1,
+                    earliest: 0,
+                    latest: 9,
+                    committed: None,
+                },
+            ],
+        };
+        assert_eq!(lag.total(), 9);
+        assert_eq!(lag.partitions_with_lag(), 1);
+    }
+}

@@ -1,0 +1,6 @@
+//! The pure core: decisions over plain data, no I/O.
+
+pub mod order;
+pub mod purchase;
+pub mod sale;
+pub mod shard;

@@ -1,0 +1,193 @@
+//! The order state machine. Every status change in the database is a
+//! conditional update from the status this function expects, so two racing
+//! changes cannot both win.
+
+use serde::{Deserialize, Serialize};
+
+/// Where an order is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum OrderStatus {
+    /// Accepted by the API (stock reserved in Redis, message in Kafka), not yet persisted.
+    Pending,
+    /// Persisted, waiting for payment.
+    Unpaid,
+    /// Paid.
+    Paid,
+    /// Cancelled by the shopper or by the payment timeout; stock returned.
+    Cancelled,
+    /// Cancelled after payment; stock returned, money back.
+    Refunded,
+    /// Accepted but could not be persisted (refused by the database or poison); stock returned.
+    Failed,
+}
+
+/// Something that happens to an order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrderEvent {
+    /// A consumer persisted it.
+    Persisted,
+    /// The shopper paid.
+    Pay,
+    /// The shopper cancelled.
+    Cancel,
+    /// The payment timeout passed while unpaid.
+    PaymentTimeout,
+    /// The pipeline gave up on it.
+    Fail,
+}
+
+/// What an event does to an order in a given status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    /// Move to this status (from the current one, conditionally).
+    To(OrderStatus),
+    /// Already done: the answer is the current status, nothing changes (idempotent retry).
+    AlreadyDone,
+    /// Not allowed from the current status.
+    Illegal,
+    /// Not yet possible: retry later (paying a PENDING order).
+    NotYet,
+}
+
+impl OrderStatus {
+    /// The wire and database name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "PENDING",
+            Self::Unpaid => "UNPAID",
+            Self::Paid => "PAID",
+            Self::Cancelled => "CANCELLED",
+            Self::Refunded => "REFUNDED",
+            Self::Failed => "FAILED",
+        }
+    }
+
+    /// Parses the database name.
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Self::Pending,
+            Self::Unpaid,
+            Self::Paid,
+            Self::Cancelled,
+            Self::Refunded,
+            Self::Failed,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == s)
+    }
+
+    /// Whether the order's units count against stock and the shopper's limit.
+    pub fn holds_stock(self) -> bool {
+        matches!(self, Self::Pending | Self::Unpaid | Self::Paid)
+    }
+
+    /// What `event` does to an order in this status.
+    pub fn on(self, event: OrderEvent) -> Transition {
+        use OrderEvent as E;
+        use OrderStatus as S;
+        use Transition::{AlreadyDone, Illegal, NotYet, To};
+        match (self, event) {
+            (S::Pending, E::Persisted) => To(S::Unpaid),
+            (S::Pending, E::Fail) => To(S::Failed),
+            (S::Pending, E::Pay | E::Cancel) => NotYet,
+            (S::Unpaid, E::Pay) => To(S::Paid),
+            (S::Unpaid, E::Cancel | E::PaymentTimeout) => To(S::Cancelled),
+            (S::Paid, E::Cancel) => To(S::Refunded),
+            (S::Paid, E::Pay) | (S::Cancelled, E::Cancel) | (S::Refunded, E::Cancel) => AlreadyDone,
+            (S::Failed, E::Fail) | (S::Unpaid | S::Paid, E::Persisted) => AlreadyDone,
+            _ => Illegal,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OrderEvent as E;
+    use super::OrderStatus as S;
+    use super::Transition::*;
+
+    const ALL_STATUSES: [S; 6] = [
+        S::Pending,
+        S::Unpaid,
+        S::Paid,
+        S::Cancelled,
+        S::Refunded,
+        S::Failed,
+    ];
+    const ALL_EVENTS: [E; 5] = [E::Persisted, E::Pay, E::Cancel, E::PaymentTimeout, E::Fail];
+
+    /// Every (status, event) pair, spelled out: the table is the specification.
+    #[test]
+    fn transition_table_is_exhaustive() {
+        let table = [
+            (S::Pending, E::Persisted, To(S::Unpaid)),
+            (S::Pending, E::Pay, NotYet),
+            (S::Pending, E::Cancel, NotYet),
+            (S::Pending, E::PaymentTimeout, Illegal),
+            (S::Pending, E::Fail, To(S::Failed)),
+            (S::Unpaid, E::Persisted, AlreadyDone),
+            (S::Unpaid, E::Pay, To(S::Paid)),
+            (S::Unpaid, E::Cancel, To(S::Cancelled)),
+            (S::Unpaid, E::PaymentTimeout, To(S::Cancelled)),
+            (S::Unpaid, E::Fail, Illegal),
+            (S::Paid, E::Persisted, AlreadyDone),
+            (S::Paid, E::Pay, AlreadyDone),
+            (S::Paid, E::Cancel, To(S::Refunded)),
+            (S::Paid, E::PaymentTimeout, Illegal),
+            (S::Paid, E::Fail, Illegal),
+            (S::Cancelled, E::Persisted, Illegal),
+            (S::Cancelled, E::Pay, Illegal),
+            (S::Cancelled, E::Cancel, AlreadyDone),
+            (S::Cancelled, E::PaymentTimeout, Illegal),
+            (S::Cancelled, E::Fail, Illegal),
+            (S::Refunded, E::Persisted, Illegal),
+            (S::Refunded, E::Pay, Illegal),
+            (S::Refunded, E::Cancel, AlreadyDone),
+            (S::Refunded, E::PaymentTimeout, Illegal),
+            (S::Refunded, E::Fail, Illegal),
+            (S::Failed, E::Persisted, Illegal),
+            (S::Failed, E::Pay, Illegal),
+            (S::Failed, E::Cancel, Illegal),
+            (S::Failed, E::PaymentTimeout, Illegal),
+            (S::Failed, E::Fail, AlreadyDone),
+        ];
+        assert_eq!(table.len(), ALL_STATUSES.len() * ALL_EVENTS.len());
+        for (status, event, expected) in table {
+            assert_eq!(status.on(event), expected, "{status:?} on {event:?}");
+        }
+    }
+
+    #[test]
+    fn no_transition_leaves_a_final_status() {
+        for status in [S::Cancelled, S::Refunded, S::Failed] {
+            for event in ALL_EVENTS {
+                assert!(
+                    !matches!(status.on(event), To(_)),
+                    "{status:?} is final but {event:?} moves it"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for status in ALL_STATUSES {
+            assert_eq!(S::parse(status.as_str()), Some(status));
+            assert_eq!(
+                serde_json::to_value(status).unwrap(),
+                serde_json::json!(status.as_str())
+            );
+        }
+        assert_eq!(S::parse("paid"), None);
+    }
+
+    #[test]
+    fn only_live_orders_hold_stock() {
+        let holding: Vec<_> = ALL_STATUSES
+            .into_iter()
+            .filter(|s| s.holds_stock())
+            .collect();
+        assert_eq!(holding, vec![S::Pending, S::Unpaid, S::Paid]);
+    }
+}

@@ -1,0 +1,10 @@
+//! FlashSale's workload: the shopper API, the order consumers and the jobs,
+//! over a pure domain core and thin Redis, PostgreSQL and Kafka adapters.
+//!
+//! Each Redis key layout, table and topic name has exactly one home here; the
+//! operator uses this library for all three.
+
+pub mod bus;
+pub mod domain;
+pub mod orders;
+pub mod redis;

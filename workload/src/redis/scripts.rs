@@ -1,0 +1,30 @@
+//! FlashSale's Lua scripts, compiled into the binary from `lua/`. Each runs by
+//! SHA (`EVALSHA`) and is loaded again when a server answers `NOSCRIPT` (a
+//! restarted node, a failover): [`redis::Script`] does both.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// The scripts, hashed once per process.
+pub struct Scripts {
+    /// `lua/purchase.lua`: the atomic purchase decision in one shard.
+    pub purchase: Script,
+    /// `lua/release.lua`: gives a reservation's units back, exactly once.
+    pub release: Script,
+    /// `lua/claim.lua`: a consumer claims a reservation before persisting it.
+    pub claim: Script,
+    /// `lua/transfer_out.lua`: takes stock out of a donor shard.
+    pub transfer_out: Script,
+    /// `lua/transfer_in.lua`: credits a transfer to the receiving shard, once.
+    pub transfer_in: Script,
+}
+
+/// The process-wide scripts.
+pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    purchase: Script::new(include_str!("../../../lua/purchase.lua")),
+    release: Script::new(include_str!("../../../lua/release.lua")),
+    claim: Script::new(include_str!("../../../lua/claim.lua")),
+    transfer_out: Script::new(include_str!("../../../lua/transfer_out.lua")),
+    transfer_in: Script::new(include_str!("../../../lua/transfer_in.lua")),
+});
