@@ -4,7 +4,11 @@
 //! Each Redis key layout, table and topic name has exactly one home here; the
 //! operator uses this library for all three.
 
+pub mod api;
 pub mod bus;
+pub mod catalog;
 pub mod domain;
+pub mod intake;
+pub mod metrics;
 pub mod orders;
 pub mod redis;

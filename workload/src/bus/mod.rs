@@ -4,6 +4,8 @@
 
 pub mod admin;
 pub mod lag;
+pub mod message;
+pub mod producer;
 pub mod topics;
 
 use rdkafka::ClientConfig;

@@ -1,5 +1,6 @@
 //! The pure core: decisions over plain data, no I/O.
 
+pub mod breaker;
 pub mod order;
 pub mod purchase;
 pub mod sale;

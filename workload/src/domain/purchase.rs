@@ -33,6 +33,37 @@ impl ReservationState {
     }
 }
 
+/// A reservation record as `lua/purchase.lua` writes it:
+/// `<state>:<quantity>:<created_ms>:<shopper>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    /// Where it is.
+    pub state: ReservationState,
+    /// Units reserved.
+    pub quantity: i64,
+    /// When Redis reserved it, Unix milliseconds (Redis's clock).
+    pub created_ms: i64,
+    /// Who bought.
+    pub shopper: String,
+}
+
+impl Reservation {
+    /// Parses a record; `None` for anything the scripts never write.
+    pub fn parse(record: &str) -> Option<Self> {
+        let mut parts = record.splitn(4, ':');
+        let state = ReservationState::from_letter(parts.next()?)?;
+        let quantity = parts.next()?.parse().ok()?;
+        let created_ms = parts.next()?.parse().ok()?;
+        let shopper = parts.next()?.to_string();
+        Some(Self {
+            state,
+            quantity,
+            created_ms,
+            shopper,
+        })
+    }
+}
+
 /// What `lua/purchase.lua` decided for one shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ShardDecision {
@@ -55,7 +86,10 @@ pub enum ShardDecision {
     /// The order backlog is too high (backpressure).
     Busy,
     /// This shard cannot cover the quantity: borrow from another shard, retry.
-    ShardDry,
+    ShardDry {
+        /// Units the shard still holds (fewer than asked for).
+        available: i64,
+    },
     /// The shopper would exceed the purchase limit.
     LimitExceeded {
         /// Units the shopper holds already.
@@ -92,7 +126,9 @@ pub fn read_purchase_reply(reply: &[ReplyField]) -> Result<ShardDecision, Unexpe
         },
         [Int(4)] => ShardDecision::Ended,
         [Int(5)] => ShardDecision::Busy,
-        [Int(6), Int(_)] => ShardDecision::ShardDry,
+        [Int(6), Int(available)] => ShardDecision::ShardDry {
+            available: *available,
+        },
         [Int(7), Int(held), Int(limit)] => ShardDecision::LimitExceeded {
             held: *held,
             limit: *limit,
@@ -168,7 +204,10 @@ mod tests {
             (vec![Int(3), t("soon")], Err(())),
             (vec![Int(4)], Ok(ShardDecision::Ended)),
             (vec![Int(5)], Ok(ShardDecision::Busy)),
-            (vec![Int(6), Int(0)], Ok(ShardDecision::ShardDry)),
+            (
+                vec![Int(6), Int(1)],
+                Ok(ShardDecision::ShardDry { available: 1 }),
+            ),
             (
                 vec![Int(7), Int(2), Int(2)],
                 Ok(ShardDecision::LimitExceeded { held: 2, limit: 2 }),
@@ -218,6 +257,27 @@ mod tests {
         ];
         for (reply, expected) in cases {
             assert_eq!(read_release_reply(&reply).ok(), expected, "{reply:?}");
+        }
+    }
+
+    #[test]
+    fn reservation_records() {
+        assert_eq!(
+            Reservation::parse("R:2:1700:alice"),
+            Some(Reservation {
+                state: ReservationState::Reserved,
+                quantity: 2,
+                created_ms: 1700,
+                shopper: "alice".into()
+            })
+        );
+        // Shopper ids may contain the separator: it is the last field.
+        assert_eq!(
+            Reservation::parse("X:1:5:tenant:alice").map(|r| r.shopper),
+            Some("tenant:alice".into())
+        );
+        for bad in ["", "R", "R:2:1700", "Q:2:1700:a", "R:x:1700:a", "R:2:t:a"] {
+            assert_eq!(Reservation::parse(bad), None, "{bad:?}");
         }
     }
 

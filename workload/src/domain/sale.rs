@@ -1,8 +1,12 @@
 //! Which sale a request, a key or a message is about.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
 /// A sale is named like its `FlashSale` resource: namespace and name, each a
 /// DNS label (lower-case alphanumerics and '-', at most 63 characters). Keys,
@@ -60,6 +64,141 @@ pub fn is_dns_label(s: &str) -> bool {
         && bytes.iter().all(|&b| edge(b) || b == b'-')
 }
 
+/// A sale's configuration, as the operator writes it to the database from the
+/// FlashSale's spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaleConfig {
+    /// The FlashSale's uid: the sale's identity in the database.
+    pub id: Uuid,
+    /// Namespace and name.
+    pub sale: SaleRef,
+    /// The product.
+    pub sku: String,
+    /// Units for sale.
+    pub stock: i64,
+    /// First instant a purchase is accepted.
+    pub start: DateTime<Utc>,
+    /// First instant purchases are refused again.
+    pub end: DateTime<Utc>,
+    /// Units one shopper may hold.
+    pub purchase_limit: i64,
+    /// Redis stock shards.
+    pub shards: u32,
+    /// Bumped by every stock change (restock, shrink).
+    pub generation: i64,
+    /// How long an order may stay unpaid.
+    pub payment_timeout: Duration,
+}
+
+impl SaleConfig {
+    /// The metadata every shard's purchase script reads.
+    pub fn meta(&self, warmed: bool, paused: bool, busy: bool) -> SaleMeta {
+        SaleMeta {
+            warmed,
+            paused,
+            busy,
+            start_ms: self.start.timestamp_millis(),
+            end_ms: self.end.timestamp_millis(),
+            limit: self.purchase_limit,
+            generation: self.generation,
+        }
+    }
+}
+
+/// The sale metadata copied into every shard's `meta` hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SaleMeta {
+    /// Redis holds the sale's stock and was verified against the database.
+    pub warmed: bool,
+    /// The kill switch.
+    pub paused: bool,
+    /// Backpressure: the order backlog is too high.
+    pub busy: bool,
+    /// Window start, Unix milliseconds.
+    pub start_ms: i64,
+    /// Window end (exclusive), Unix milliseconds.
+    pub end_ms: i64,
+    /// Per-shopper limit.
+    pub limit: i64,
+    /// The sale's stock generation.
+    pub generation: i64,
+}
+
+impl SaleMeta {
+    /// The hash fields, as `lua/purchase.lua` reads them.
+    pub fn to_fields(&self) -> [(&'static str, String); 7] {
+        let flag = |b: bool| if b { "1" } else { "0" }.to_string();
+        [
+            ("warmed", flag(self.warmed)),
+            ("paused", flag(self.paused)),
+            ("busy", flag(self.busy)),
+            ("start_ms", self.start_ms.to_string()),
+            ("end_ms", self.end_ms.to_string()),
+            ("limit", self.limit.to_string()),
+            ("generation", self.generation.to_string()),
+        ]
+    }
+
+    /// Reads the hash back; `None` when a field is missing or malformed.
+    pub fn from_fields(fields: &HashMap<String, String>) -> Option<Self> {
+        let int = |name: &str| fields.get(name)?.parse::<i64>().ok();
+        let flag = |name: &str| fields.get(name).map(|v| v == "1");
+        Some(Self {
+            warmed: flag("warmed")?,
+            paused: flag("paused")?,
+            busy: flag("busy")?,
+            start_ms: int("start_ms")?,
+            end_ms: int("end_ms")?,
+            limit: int("limit")?,
+            generation: int("generation")?,
+        })
+    }
+}
+
+/// The state a shopper sees in `GET /v1/sales/{sale}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PublicState {
+    /// Not warmed yet.
+    Scheduled,
+    /// Warmed, before the start.
+    Warm,
+    /// Purchases accepted.
+    Live,
+    /// Kill switch on.
+    Paused,
+    /// Nothing left.
+    SoldOut,
+    /// The window is over.
+    Ended,
+}
+
+/// What a shopper is told about a sale at `now_ms`, from its configuration,
+/// its Redis metadata (if warmed) and the units left in Redis.
+pub fn public_state(
+    config: &SaleConfig,
+    meta: Option<&SaleMeta>,
+    remaining: i64,
+    now_ms: i64,
+) -> PublicState {
+    let end_ms = meta.map_or(config.end.timestamp_millis(), |m| m.end_ms);
+    let start_ms = meta.map_or(config.start.timestamp_millis(), |m| m.start_ms);
+    match meta {
+        _ if now_ms >= end_ms => PublicState::Ended,
+        Some(m) if m.warmed => {
+            if m.paused {
+                PublicState::Paused
+            } else if remaining <= 0 {
+                PublicState::SoldOut
+            } else if now_ms < start_ms {
+                PublicState::Warm
+            } else {
+                PublicState::Live
+            }
+        }
+        _ => PublicState::Scheduled,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,5 +232,78 @@ mod tests {
     fn displays_as_namespace_slash_name() {
         let sale = SaleRef::new("shop", "drop").unwrap();
         assert_eq!(sale.to_string(), "shop/drop");
+    }
+}
+
+#[cfg(test)]
+mod state_tests {
+    use super::*;
+
+    fn config() -> SaleConfig {
+        SaleConfig {
+            id: Uuid::nil(),
+            sale: SaleRef::new("shop", "drop").unwrap(),
+            sku: "SKU".into(),
+            stock: 10,
+            start: DateTime::from_timestamp_millis(1_000).unwrap(),
+            end: DateTime::from_timestamp_millis(2_000).unwrap(),
+            purchase_limit: 2,
+            shards: 4,
+            generation: 1,
+            payment_timeout: Duration::from_secs(900),
+        }
+    }
+
+    #[test]
+    fn meta_round_trips_through_hash_fields() {
+        let meta = config().meta(true, false, true);
+        let fields: HashMap<String, String> = meta
+            .to_fields()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        assert_eq!(SaleMeta::from_fields(&fields), Some(meta));
+        let mut missing = fields.clone();
+        missing.remove("limit");
+        assert_eq!(SaleMeta::from_fields(&missing), None);
+        let mut garbled = fields;
+        garbled.insert("end_ms".into(), "soon".into());
+        assert_eq!(SaleMeta::from_fields(&garbled), None);
+    }
+
+    #[test]
+    fn public_state_table() {
+        use PublicState::*;
+        let c = config();
+        let warm = c.meta(true, false, false);
+        let paused = c.meta(true, true, false);
+        let cold = c.meta(false, false, false);
+        let cases = [
+            ("no meta, before end", None, 10, 1_500, Scheduled),
+            ("no meta, after end", None, 10, 2_000, Ended),
+            ("not warmed", Some(cold), 10, 1_500, Scheduled),
+            ("warm before start", Some(warm), 10, 999, Warm),
+            ("live at start", Some(warm), 10, 1_000, Live),
+            ("live just before end", Some(warm), 1, 1_999, Live),
+            ("ended at end (exclusive)", Some(warm), 10, 2_000, Ended),
+            ("sold out", Some(warm), 0, 1_500, SoldOut),
+            (
+                "sold out before start shows sold out",
+                Some(warm),
+                0,
+                500,
+                SoldOut,
+            ),
+            ("paused wins over live", Some(paused), 10, 1_500, Paused),
+            ("paused and sold out", Some(paused), 0, 1_500, Paused),
+            ("ended wins over paused", Some(paused), 0, 2_500, Ended),
+        ];
+        for (what, meta, remaining, now, expected) in cases {
+            assert_eq!(
+                public_state(&c, meta.as_ref(), remaining, now),
+                expected,
+                "{what}"
+            );
+        }
     }
 }

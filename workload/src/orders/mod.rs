@@ -1,6 +1,9 @@
 //! Thin adapter over PostgreSQL (sqlx): the one home of FlashSale's tables.
 //! The schema is in `migrations/`, embedded into the binary.
 
+pub mod order;
+pub mod sales;
+
 use std::time::Duration;
 
 use sqlx::postgres::{PgPool, PgPoolOptions};

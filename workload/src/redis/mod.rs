@@ -3,6 +3,7 @@
 
 pub mod keys;
 pub mod scripts;
+pub mod store;
 
 use std::time::Duration;
 
@@ -46,7 +47,7 @@ impl std::str::FromStr for RedisTarget {
 }
 
 /// How long a Redis call may take before the caller treats Redis as unavailable.
-pub const RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A cheap-to-clone, multiplexed, self-reconnecting Redis connection.
 #[derive(Clone)]

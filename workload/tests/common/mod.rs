@@ -1,29 +1,359 @@
-//! Helpers shared by the workload's integration tests.
+//! Helpers shared by the workload's integration tests: fresh databases, sales
+//! warmed the way the operator warms them, and an API served on a real socket.
+#![allow(dead_code)] // each test binary uses its own part
 
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 use flashsale_testkit as stack;
+use flashsale_workload::api::auth::AuthConfig;
+use flashsale_workload::api::limits::LimitConfig;
+use flashsale_workload::api::server::{ApiConfig, build_state, serve_on};
+use flashsale_workload::bus::admin::Admin;
+use flashsale_workload::bus::message::OrderMessage;
+use flashsale_workload::bus::producer::ProducerSettings;
+use flashsale_workload::bus::topics;
+use flashsale_workload::domain::sale::{SaleConfig, SaleRef};
+use flashsale_workload::orders;
+use flashsale_workload::redis::store::SaleStore;
+use flashsale_workload::redis::{RedisConn, RedisTarget};
+use rdkafka::Message;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use sqlx::PgPool;
+use uuid::Uuid;
+
+/// The HS256 secret the test APIs accept.
+pub const JWT_SECRET: &[u8] = b"flashsale-test-secret";
+
+/// Test logs: warnings and errors of the code under test, shown for failing tests.
+pub fn init_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .try_init();
+}
 
 /// A new, migrated database on the stack's PostgreSQL, so tests never share rows.
 pub async fn fresh_database() -> PgPool {
+    init_logs();
     let url = stack::database_url();
-    let admin = flashsale_workload::orders::connect(&url, 1)
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "PostgreSQL at {url} is not answering ({e}): {}",
-                stack::START_HINT
-            )
-        });
+    let admin = orders::connect(&url, 1).await.unwrap_or_else(|e| {
+        panic!(
+            "PostgreSQL at {url} is not answering ({e}): {}",
+            stack::START_HINT
+        )
+    });
     let name = stack::unique_name("t").replace('-', "_");
     // The name is ours (letters, digits, underscores), never user input.
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
         .execute(&admin)
         .await
         .unwrap();
-    let (server, _) = url.rsplit_once('/').unwrap();
-    let pool = flashsale_workload::orders::connect(&format!("{server}/{name}"), 10)
-        .await
-        .unwrap();
-    flashsale_workload::orders::migrate(&pool).await.unwrap();
+    let pool = orders::connect(&database_url_of(&name), 20).await.unwrap();
+    orders::migrate(&pool).await.unwrap();
     pool
+}
+
+/// The URL of database `name` on the stack's server.
+pub fn database_url_of(name: &str) -> String {
+    let url = stack::database_url();
+    let (server, _) = url.rsplit_once('/').unwrap();
+    format!("{server}/{name}")
+}
+
+/// The single Redis node.
+pub fn redis_node() -> RedisTarget {
+    stack::redis_url().parse().unwrap()
+}
+
+/// The 3-master Redis Cluster.
+pub fn redis_cluster() -> RedisTarget {
+    let seeds = stack::redis_cluster_urls()
+        .iter()
+        .map(|u| u.trim_start_matches("redis://").to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    format!("redis-cluster://{seeds}").parse().unwrap()
+}
+
+/// A store over `target`.
+pub async fn store(target: &RedisTarget) -> SaleStore {
+    SaleStore::new(RedisConn::connect(target).await.unwrap_or_else(|e| {
+        panic!(
+            "Redis at {target:?} is not answering ({e}): {}",
+            stack::START_HINT
+        )
+    }))
+}
+
+/// A sale to create.
+#[derive(Clone)]
+pub struct SaleSpec {
+    pub namespace: String,
+    pub stock: i64,
+    pub shards: u32,
+    pub limit: i64,
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+    pub partitions: i32,
+}
+
+impl SaleSpec {
+    /// Live now for ten minutes.
+    pub fn live(namespace: &str, stock: i64, shards: u32, limit: i64) -> Self {
+        Self {
+            namespace: namespace.to_string(),
+            stock,
+            shards,
+            limit,
+            start: Utc::now() - chrono::Duration::minutes(1),
+            end: Utc::now() + chrono::Duration::minutes(10),
+            partitions: 4,
+        }
+    }
+}
+
+/// Creates the sale as the operator would: database row, topics; returns its config.
+pub async fn create_sale(db: &PgPool, spec: &SaleSpec) -> SaleConfig {
+    let sale = SaleRef::new(&spec.namespace, &stack::unique_name("sale")).unwrap();
+    let config = SaleConfig {
+        id: Uuid::now_v7(),
+        sale,
+        sku: "SKU-TEST".into(),
+        stock: spec.stock,
+        start: spec.start,
+        end: spec.end,
+        purchase_limit: spec.limit,
+        shards: spec.shards,
+        generation: 1,
+        payment_timeout: Duration::from_secs(900),
+    };
+    let config = orders::sales::upsert(db, &config).await.unwrap();
+    let bootstrap = stack::kafka_bootstrap();
+    Admin::new(&bootstrap)
+        .unwrap()
+        .ensure_topics(
+            &[
+                &topics::orders_topic(&config.sale),
+                &topics::dead_letter_topic(&config.sale),
+            ],
+            spec.partitions,
+        )
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "Kafka at {bootstrap} is not answering ({e}): {}",
+                stack::START_HINT
+            )
+        });
+    config
+}
+
+/// How a test API is configured.
+pub struct ApiOptions {
+    pub namespace: String,
+    pub redis: RedisTarget,
+    pub database: String,
+    pub kafka: String,
+    pub per_shopper_per_sec: u32,
+    pub produce_timeout: Duration,
+}
+
+impl ApiOptions {
+    pub fn new(namespace: &str, redis: RedisTarget, db: &PgPool) -> Self {
+        Self {
+            namespace: namespace.to_string(),
+            redis,
+            database: db.connect_options().get_database().unwrap().to_string(),
+            kafka: stack::kafka_bootstrap(),
+            per_shopper_per_sec: 1000,
+            produce_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+/// An API served on a real loopback socket.
+pub struct TestApi {
+    pub url: String,
+    pub client: reqwest::Client,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestApi {
+    pub async fn start(options: ApiOptions) -> Self {
+        let config = ApiConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            namespace: options.namespace,
+            redis: options.redis,
+            database_url: database_url_of(&options.database),
+            kafka: options.kafka,
+            auth: AuthConfig {
+                hs256_secret: Some(JWT_SECRET.to_vec()),
+                rs256_public_pem: None,
+                dev_identity: true,
+            },
+            limits: LimitConfig {
+                global_per_sec: 0,
+                per_shopper_per_sec: options.per_shopper_per_sec,
+                per_ip_per_sec: 0,
+            },
+            producer: ProducerSettings {
+                timeout: options.produce_timeout,
+                linger: Duration::from_millis(1),
+            },
+        };
+        let state = build_state(&config).await.unwrap();
+        let listener = tokio::net::TcpListener::bind(config.listen).await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            serve_on(listener, state, async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+        });
+        Self {
+            url,
+            client: reqwest::Client::builder()
+                .pool_max_idle_per_host(256)
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            shutdown: Some(tx),
+            server: Some(server),
+        }
+    }
+
+    /// Waits until the catalog shows `sale` (it refreshes every second).
+    pub async fn wait_for_sale(&self, sale: &SaleRef) {
+        for _ in 0..50 {
+            let response = self
+                .client
+                .get(format!("{}/v1/sales/{}", self.url, sale.name))
+                .send()
+                .await
+                .unwrap();
+            if response.status() == 200 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the API never listed {sale}");
+    }
+
+    /// POST a purchase as `shopper` (development identity).
+    pub async fn buy(&self, sale: &SaleRef, shopper: &str, quantity: i64) -> Answer {
+        let response = self
+            .client
+            .post(format!("{}/v1/sales/{}/orders", self.url, sale.name))
+            .header("x-user-id", shopper)
+            .json(&serde_json::json!({ "quantity": quantity }))
+            .send()
+            .await
+            .unwrap();
+        Answer::read(response).await
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(server) = self.server.take() {
+            let _ = server.await;
+        }
+    }
+}
+
+/// An HTTP answer: status, code (for refusals), order id (for 202), headers.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    pub body: serde_json::Value,
+    pub retry_after: Option<String>,
+    pub location: Option<String>,
+}
+
+impl Answer {
+    pub async fn read(response: reqwest::Response) -> Self {
+        let status = response.status().as_u16();
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let retry_after = header("retry-after");
+        let location = header("location");
+        let body = response.json().await.unwrap_or(serde_json::Value::Null);
+        Self {
+            status,
+            body,
+            retry_after,
+            location,
+        }
+    }
+
+    pub fn code(&self) -> &str {
+        self.body["code"].as_str().unwrap_or("")
+    }
+
+    pub fn order_id(&self) -> Option<Uuid> {
+        self.body["orderId"].as_str().and_then(|s| s.parse().ok())
+    }
+}
+
+/// Every message on the sale's order topic, read from the start to the end
+/// offsets as they are now.
+pub fn read_topic(sale: &SaleRef) -> Vec<OrderMessage> {
+    let topic = topics::orders_topic(sale);
+    let consumer: BaseConsumer = flashsale_workload::bus::client_config(&stack::kafka_bootstrap())
+        .set("group.id", stack::unique_name("reader"))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    let metadata = consumer
+        .fetch_metadata(Some(&topic), Duration::from_secs(10))
+        .unwrap();
+    let partitions: Vec<i32> = metadata.topics()[0]
+        .partitions()
+        .iter()
+        .map(|p| p.id())
+        .collect();
+    let mut ends = HashMap::new();
+    for &p in &partitions {
+        let (_, high) = consumer
+            .fetch_watermarks(&topic, p, Duration::from_secs(10))
+            .unwrap();
+        ends.insert(p, high);
+    }
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for &p in &partitions {
+        tpl.add_partition_offset(&topic, p, rdkafka::Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let mut messages = Vec::new();
+    let mut positions: HashMap<i32, i64> = partitions.iter().map(|&p| (p, 0)).collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while positions.iter().any(|(p, pos)| pos < &ends[p]) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "topic not read in 60 s"
+        );
+        if let Some(result) = consumer.poll(Duration::from_millis(200)) {
+            let message = result.unwrap();
+            positions.insert(message.partition(), message.offset() + 1);
+            messages.push(OrderMessage::from_payload(message.payload().unwrap()).unwrap());
+        }
+    }
+    messages
 }

@@ -1,0 +1,193 @@
+//! Every refusal the API gives: `{"code": ..., "message": ...}` with a fitting
+//! status and, where waiting helps, `Retry-After`.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::intake::Refusal;
+
+/// The body of every refusal.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// Machine-readable reason, e.g. `SOLD_OUT`.
+    pub code: &'static str,
+    /// What happened, for people.
+    pub message: String,
+}
+
+/// A refusal on its way to the shopper.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    retry_after_secs: Option<u64>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            retry_after_secs: None,
+        }
+    }
+
+    /// Adds a `Retry-After` header.
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after_secs = Some(secs.max(1));
+        self
+    }
+
+    /// The machine-readable code.
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+
+    /// 404 `NOT_FOUND`.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "NOT_FOUND", message)
+    }
+
+    /// 400 `INVALID_REQUEST`.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", message)
+    }
+
+    /// 401 `UNAUTHENTICATED`.
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", message)
+    }
+
+    /// 429 `RATE_LIMITED` with `Retry-After`.
+    pub fn rate_limited(what: &str, retry_after_secs: u64) -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "RATE_LIMITED",
+            format!("too many requests {what}; retry later"),
+        )
+        .retry_after(retry_after_secs)
+    }
+
+    /// 503 `UNAVAILABLE`: a dependency is down.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", message).retry_after(1)
+    }
+
+    /// 409 `ORDER_PENDING`: accepted, not yet persisted.
+    pub fn order_pending() -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "ORDER_PENDING",
+            "the order is accepted but not yet persisted; retry shortly",
+        )
+        .retry_after(1)
+    }
+
+    /// 409 for an order change its status does not allow.
+    pub fn order_conflict(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, code, message)
+    }
+
+    /// 405 for a known path with another method.
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "METHOD_NOT_ALLOWED",
+            "this method is not allowed on this path",
+        )
+    }
+
+    /// 500, for a bug (a panic caught by the safety net).
+    pub fn internal() -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "INTERNAL",
+            "internal error; nothing was reserved",
+        )
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> Self {
+        use StatusCode as S;
+        match refusal {
+            Refusal::NotWarmed => Self::new(
+                S::SERVICE_UNAVAILABLE,
+                "NOT_WARMED",
+                "the sale is not open for purchases yet",
+            ),
+            Refusal::Paused => Self::new(S::CONFLICT, "PAUSED", "the sale is paused"),
+            Refusal::NotStarted => {
+                Self::new(S::CONFLICT, "NOT_STARTED", "the sale has not started")
+            }
+            Refusal::Ended => Self::new(S::CONFLICT, "ENDED", "the sale has ended"),
+            Refusal::SoldOut => Self::new(S::CONFLICT, "SOLD_OUT", "the sale is sold out"),
+            Refusal::LimitExceeded => Self::new(
+                S::CONFLICT,
+                "LIMIT_EXCEEDED",
+                "this purchase would exceed the per-shopper limit",
+            ),
+            Refusal::Busy => Self::new(
+                S::SERVICE_UNAVAILABLE,
+                "BUSY",
+                "too many orders are waiting to be processed; retry shortly",
+            )
+            .retry_after(1),
+            Refusal::Unavailable => {
+                Self::unavailable("the sale's store is unreachable; nothing was reserved")
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            code: self.code,
+            message: self.message,
+        };
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if let Some(secs) = self.retry_after_secs {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_refusal_has_its_code_and_status() {
+        let cases = [
+            (Refusal::NotWarmed, 503, "NOT_WARMED", false),
+            (Refusal::Paused, 409, "PAUSED", false),
+            (Refusal::NotStarted, 409, "NOT_STARTED", false),
+            (Refusal::Ended, 409, "ENDED", false),
+            (Refusal::SoldOut, 409, "SOLD_OUT", false),
+            (Refusal::LimitExceeded, 409, "LIMIT_EXCEEDED", false),
+            (Refusal::Busy, 503, "BUSY", true),
+            (Refusal::Unavailable, 503, "UNAVAILABLE", true),
+        ];
+        for (refusal, status, code, retry_after) in cases {
+            let response = ApiError::from(refusal).into_response();
+            assert_eq!(response.status().as_u16(), status, "{refusal:?}");
+            assert_eq!(
+                response.headers().contains_key(header::RETRY_AFTER),
+                retry_after,
+                "{refusal:?}"
+            );
+            assert_eq!(ApiError::from(refusal).code(), code);
+        }
+        let limited = ApiError::rate_limited("per shopper", 0).into_response();
+        assert_eq!(limited.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(limited.headers()[header::RETRY_AFTER], "1");
+    }
+}

@@ -1,0 +1,40 @@
+//! The OpenAPI document, generated from the handlers' types and annotations.
+
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use super::error::ErrorBody;
+use super::orders::{OrderView, PurchaseAccepted, PurchaseRequest};
+use super::sales::SaleInfo;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "FlashSale shopper API", description = "Sale info, purchases and orders. Every refusal is {code, message}."),
+    paths(super::sales::get_sale, super::orders::purchase, super::orders::get_order),
+    components(schemas(SaleInfo, PurchaseRequest, PurchaseAccepted, OrderView, ErrorBody)),
+    modifiers(&BearerAuth)
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        if let Some(components) = openapi.components.as_mut() {
+            components.add_security_scheme(
+                "bearer",
+                SecurityScheme::Http(
+                    HttpBuilder::new()
+                        .scheme(HttpAuthScheme::Bearer)
+                        .bearer_format("JWT")
+                        .build(),
+                ),
+            );
+        }
+    }
+}
+
+/// The document served at `/openapi.json`.
+pub fn document() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}

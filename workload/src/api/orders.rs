@@ -1,0 +1,318 @@
+//! Purchases and orders: `POST /v1/sales/{sale}/orders`, `GET /v1/orders/{id}`.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::error::{ApiError, ErrorBody};
+use super::{AppState, ClientIp};
+use crate::domain::order::OrderStatus;
+use crate::domain::purchase::ReservationState;
+use crate::domain::shard::home_shard;
+use crate::orders::order as order_rows;
+
+/// Most units one request may ask for, whatever the sale's limit.
+pub const MAX_QUANTITY: i64 = 1000;
+/// Longest accepted `Idempotency-Key`.
+pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 128;
+
+/// A purchase request. An empty body buys one unit.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct PurchaseRequest {
+    /// Units to buy, 1 to 1000 (and within the sale's per-shopper limit).
+    #[serde(default = "one")]
+    pub quantity: i64,
+}
+
+fn one() -> i64 {
+    1
+}
+
+/// An accepted purchase.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PurchaseAccepted {
+    /// Follow it at `/v1/orders/{orderId}`.
+    pub order_id: Uuid,
+    /// Always PENDING: accepted, not yet persisted.
+    pub status: &'static str,
+}
+
+/// An order, as its owner sees it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderView {
+    /// The order id.
+    pub order_id: Uuid,
+    /// The sale's name.
+    pub sale: String,
+    /// Units.
+    pub quantity: i64,
+    /// PENDING, UNPAID, PAID, CANCELLED, REFUNDED or FAILED.
+    #[schema(value_type = String, example = "PENDING")]
+    pub status: OrderStatus,
+    /// When the purchase was accepted.
+    pub created_at: DateTime<Utc>,
+    /// Last status change.
+    pub updated_at: DateTime<Utc>,
+    /// Why it failed (FAILED only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<String>,
+}
+
+fn parse_quantity(body: Result<Bytes, BytesRejection>) -> Result<i64, ApiError> {
+    let body = body.map_err(|e| ApiError::invalid(format!("unreadable body: {e}")))?;
+    let quantity = if body.iter().all(u8::is_ascii_whitespace) {
+        1
+    } else {
+        serde_json::from_slice::<PurchaseRequest>(&body)
+            .map_err(|e| ApiError::invalid(format!("body must be {{\"quantity\": n}}: {e}")))?
+            .quantity
+    };
+    if !(1..=MAX_QUANTITY).contains(&quantity) {
+        return Err(ApiError::invalid(format!(
+            "quantity must be between 1 and {MAX_QUANTITY}"
+        )));
+    }
+    Ok(quantity)
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    match value.to_str() {
+        Ok(key)
+            if !key.is_empty()
+                && key.len() <= MAX_IDEMPOTENCY_KEY_LEN
+                && key.chars().all(|c| c.is_ascii_graphic()) =>
+        {
+            Ok(Some(key.to_string()))
+        }
+        _ => Err(ApiError::invalid(format!(
+            "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} visible ASCII characters"
+        ))),
+    }
+}
+
+/// Buy units of a sale.
+#[utoipa::path(
+    post,
+    path = "/v1/sales/{sale}/orders",
+    params(
+        ("sale" = String, Path, description = "The FlashSale's name"),
+        ("Idempotency-Key" = Option<String>, Header, description = "A retry with the same key returns the first answer"),
+    ),
+    request_body(content = PurchaseRequest, description = "Defaults to one unit"),
+    responses(
+        (status = 202, description = "Accepted; the order is PENDING", body = PurchaseAccepted,
+         headers(("Location" = String, description = "/v1/orders/{orderId}"))),
+        (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
+        (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
+        (status = 404, description = "NOT_FOUND: no such sale", body = ErrorBody),
+        (status = 409, description = "NOT_STARTED, ENDED, SOLD_OUT, LIMIT_EXCEEDED or PAUSED", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED, with Retry-After", body = ErrorBody),
+        (status = 503, description = "NOT_WARMED, BUSY or UNAVAILABLE (nothing was reserved)", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+    tag = "orders"
+)]
+pub async fn purchase(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let outcome = async {
+        state.limits.check_client(ip)?;
+        let shopper = state.auth.shopper(&headers)?;
+        state.limits.check_shopper(&shopper)?;
+        let quantity = parse_quantity(body)?;
+        let key = idempotency_key(&headers)?;
+        let view = state
+            .catalog
+            .get(&name)
+            .ok_or_else(|| ApiError::not_found(format!("no sale named {name:?}")))?;
+        Ok::<_, ApiError>(
+            state
+                .intake
+                .purchase(&state.catalog, &view, &shopper, quantity, key.as_deref())
+                .await?,
+        )
+    }
+    .await;
+    match outcome {
+        Ok(accepted) => {
+            state.metrics.purchase(if accepted.replay {
+                "REPLAY"
+            } else {
+                "ACCEPTED"
+            });
+            let location = format!("/v1/orders/{}", accepted.order_id);
+            let mut response = (
+                StatusCode::ACCEPTED,
+                Json(PurchaseAccepted {
+                    order_id: accepted.order_id,
+                    status: OrderStatus::Pending.as_str(),
+                }),
+            )
+                .into_response();
+            if let Ok(value) = HeaderValue::from_str(&location) {
+                response.headers_mut().insert(header::LOCATION, value);
+            }
+            Ok(response)
+        }
+        Err(e) => {
+            state.metrics.purchase(e.code());
+            Err(e)
+        }
+    }
+}
+
+/// An order's status; only its owner sees it (others get 404).
+#[utoipa::path(
+    get,
+    path = "/v1/orders/{orderId}",
+    params(("orderId" = Uuid, Path, description = "The order id")),
+    responses(
+        (status = 200, description = "The order", body = OrderView),
+        (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
+        (status = 404, description = "NOT_FOUND: no such order for this shopper", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+    tag = "orders"
+)]
+pub async fn get_order(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+    Path(order_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<OrderView>, ApiError> {
+    state.limits.check_client(ip)?;
+    let shopper = state.auth.shopper(&headers)?;
+    state.limits.check_shopper(&shopper)?;
+    let order_id = parse_order_id(&order_id)?;
+    find_order(&state, &shopper, order_id)
+        .await?
+        .map(Json)
+        .ok_or_else(no_such_order)
+}
+
+fn no_such_order() -> ApiError {
+    ApiError::not_found("no such order")
+}
+
+/// Order ids are UUIDs; anything else cannot name an order.
+pub fn parse_order_id(text: &str) -> Result<Uuid, ApiError> {
+    text.parse().map_err(|_| no_such_order())
+}
+
+/// The shopper's order, persisted (database) or still pending (Redis).
+pub async fn find_order(
+    state: &AppState,
+    shopper: &str,
+    order_id: Uuid,
+) -> Result<Option<OrderView>, ApiError> {
+    let persisted = order_rows::find(&state.db, order_id).await.map_err(|e| {
+        tracing::warn!(error = %e, "order lookup: database unavailable");
+        ApiError::unavailable("orders are unreachable right now")
+    })?;
+    if let Some(order) = persisted {
+        return Ok((order.shopper == shopper).then_some(OrderView {
+            order_id: order.id,
+            sale: order.sale_name,
+            quantity: order.quantity,
+            status: order.status,
+            created_at: order.accepted_at,
+            updated_at: order.updated_at,
+            failure_reason: order.failure_reason,
+        }));
+    }
+    // Not persisted yet: the reservation sits in the shopper's home shard of
+    // one of the namespace's sales.
+    let id_text = order_id.to_string();
+    for view in state.catalog.all() {
+        let shard = home_shard(shopper, view.config.shards);
+        let reservation = state
+            .intake
+            .store()
+            .reservation(&view.config.sale, shard, &id_text)
+            .await
+            .map_err(|_| ApiError::unavailable("orders are unreachable right now"))?;
+        let Some(reservation) = reservation.filter(|r| r.shopper == shopper) else {
+            continue;
+        };
+        let created = DateTime::from_timestamp_millis(reservation.created_ms).unwrap_or_default();
+        let (status, failure_reason) = match reservation.state {
+            // Claimed but not in the database: the consumer is persisting it.
+            ReservationState::Reserved | ReservationState::Claimed => (OrderStatus::Pending, None),
+            ReservationState::Released => (
+                OrderStatus::Failed,
+                Some("the order could not be confirmed; its stock was returned".to_string()),
+            ),
+        };
+        return Ok(Some(OrderView {
+            order_id,
+            sale: view.config.sale.name.clone(),
+            quantity: reservation.quantity,
+            status,
+            created_at: created,
+            updated_at: created,
+            failure_reason,
+        }));
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantity_table() {
+        let cases: [(&[u8], Result<i64, ()>); 12] = [
+            (b"", Ok(1)),
+            (b"  \n", Ok(1)),
+            (b"{}", Ok(1)),
+            (br#"{"quantity": 2}"#, Ok(2)),
+            (br#"{"quantity": 1000}"#, Ok(1000)),
+            (br#"{"quantity": 1001}"#, Err(())),
+            (br#"{"quantity": 0}"#, Err(())),
+            (br#"{"quantity": -1}"#, Err(())),
+            (br#"{"quantity": 1.5}"#, Err(())),
+            (br#"{"quantity": "2"}"#, Err(())),
+            (br#"{"quantity": 99999999999999999999}"#, Err(())),
+            (b"{not json", Err(())),
+        ];
+        for (body, expected) in cases {
+            assert_eq!(
+                parse_quantity(Ok(Bytes::from_static(body)))
+                    .map_err(|e| assert_eq!(e.code(), "INVALID_REQUEST")),
+                expected,
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    #[test]
+    fn idempotency_key_table() {
+        let with = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert("idempotency-key", v.parse().unwrap());
+            h
+        };
+        assert_eq!(idempotency_key(&HeaderMap::new()).unwrap(), None);
+        assert_eq!(idempotency_key(&with("k-1")).unwrap(), Some("k-1".into()));
+        assert!(idempotency_key(&with(&"k".repeat(129))).is_err());
+        assert!(idempotency_key(&with("a b")).is_err());
+    }
+}

@@ -1,0 +1,92 @@
+//! The confirmed produce: an order counts as accepted only once the broker
+//! acknowledged it (idempotent producer, acks=all).
+
+use std::time::Duration;
+
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+
+use super::client_config;
+use super::message::OrderMessage;
+use super::topics::orders_topic;
+
+/// Produces order messages to their sale's topic.
+#[derive(Clone)]
+pub struct OrderProducer {
+    producer: FutureProducer,
+}
+
+/// Producer tuning, measured rather than guessed (see docs/performance.md).
+#[derive(Debug, Clone, Copy)]
+pub struct ProducerSettings {
+    /// How long a message may wait for its acknowledgement, retries included.
+    /// After it, the produce fails and the API releases the reservation.
+    pub timeout: Duration,
+    /// How long librdkafka waits to fill a batch.
+    pub linger: Duration,
+}
+
+impl Default for ProducerSettings {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(3),
+            linger: Duration::from_millis(1),
+        }
+    }
+}
+
+/// The broker did not acknowledge the order in time (or refused it).
+#[derive(Debug, thiserror::Error)]
+#[error("order not acknowledged by kafka: {0}")]
+pub struct ProduceError(#[from] rdkafka::error::KafkaError);
+
+impl OrderProducer {
+    /// A producer for the cluster at `bootstrap`.
+    pub fn new(bootstrap: &str, settings: ProducerSettings) -> Result<Self, ProduceError> {
+        let producer = client_config(bootstrap)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", settings.linger.as_millis().to_string())
+            .set(
+                "message.timeout.ms",
+                settings.timeout.as_millis().to_string(),
+            )
+            .create()?;
+        Ok(Self { producer })
+    }
+
+    /// Sends `order` to its sale's topic, keyed by shopper, and waits for the
+    /// broker's acknowledgement.
+    pub async fn send(&self, order: &OrderMessage) -> Result<(), ProduceError> {
+        let topic = orders_topic(&order.sale);
+        let payload = order.to_payload();
+        let record = FutureRecord::to(&topic)
+            .key(order.shopper.as_bytes())
+            .payload(&payload);
+        // The queue wait is bounded by message.timeout.ms as well.
+        self.producer
+            .send(record, Duration::ZERO)
+            .await
+            .map(|_| ())
+            .map_err(|(e, _)| ProduceError(e))
+    }
+
+    /// Waits for every message in flight (graceful shutdown).
+    pub fn flush(&self, timeout: Duration) {
+        if let Err(e) = self.producer.flush(timeout) {
+            tracing::warn!(error = %e, "kafka producer did not flush in time");
+        }
+    }
+
+    /// Whether the producer can reach a broker (for readiness).
+    pub async fn ping(&self) -> bool {
+        let producer = self.producer.clone();
+        tokio::task::spawn_blocking(move || {
+            producer
+                .client()
+                .fetch_metadata(None, Duration::from_secs(1))
+                .is_ok_and(|m| !m.brokers().is_empty())
+        })
+        .await
+        .unwrap_or(false)
+    }
+}

@@ -1,0 +1,175 @@
+//! Prometheus metrics of the workload processes, served at `/metrics`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Labels of an HTTP request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// The route pattern, e.g. `/v1/sales/{sale}/orders`.
+    pub route: String,
+    /// The HTTP method.
+    pub method: String,
+    /// The HTTP status code.
+    pub status: u16,
+}
+
+/// Labels of a route's latency.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    /// The route pattern.
+    pub route: String,
+}
+
+/// Labels of a purchase outcome.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// ACCEPTED, REPLAY or the refusal code.
+    pub outcome: String,
+}
+
+/// Labels of a per-sale measurement.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SaleLabels {
+    /// `namespace/name`.
+    pub sale: String,
+}
+
+fn latency_histogram() -> Histogram {
+    // 0.1 ms .. ~3.3 s
+    Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+}
+
+fn batch_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 12))
+}
+
+/// Every metric of a workload process; each process uses its part.
+pub struct Metrics {
+    registry: Registry,
+    /// HTTP requests by route, method and status.
+    pub requests: Family<RequestLabels, Counter>,
+    /// HTTP latency by route.
+    pub request_seconds: Family<RouteLabels, Histogram, fn() -> Histogram>,
+    /// Purchases by outcome.
+    pub purchases: Family<OutcomeLabels, Counter>,
+    /// Time from produce to broker acknowledgement.
+    pub produce_seconds: Histogram,
+    /// Orders per persisted batch.
+    pub batch_size: Histogram,
+    /// Time to persist one batch (one transaction).
+    pub persist_seconds: Histogram,
+    /// Orders persisted.
+    pub orders_persisted: Family<SaleLabels, Counter>,
+    /// Messages sent to the dead-letter topic.
+    pub dead_lettered: Family<SaleLabels, Counter>,
+    /// Consumer-group lag as the consumer last saw it.
+    pub lag: Family<SaleLabels, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("flashsale");
+        let requests = Family::default();
+        registry.register("http_requests", "HTTP requests", requests.clone());
+        let request_seconds =
+            Family::<RouteLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                latency_histogram,
+            );
+        registry.register(
+            "http_request_duration_seconds",
+            "HTTP request latency",
+            request_seconds.clone(),
+        );
+        let purchases = Family::default();
+        registry.register("purchases", "Purchases by outcome", purchases.clone());
+        let produce_seconds = latency_histogram();
+        registry.register(
+            "produce_duration_seconds",
+            "Time until Kafka acknowledged an order",
+            produce_seconds.clone(),
+        );
+        let batch_size = batch_histogram();
+        registry.register(
+            "consumer_batch_size",
+            "Orders per persisted batch",
+            batch_size.clone(),
+        );
+        let persist_seconds = latency_histogram();
+        registry.register(
+            "consumer_persist_duration_seconds",
+            "Time to persist one batch",
+            persist_seconds.clone(),
+        );
+        let orders_persisted = Family::default();
+        registry.register(
+            "orders_persisted",
+            "Orders persisted",
+            orders_persisted.clone(),
+        );
+        let dead_lettered = Family::default();
+        registry.register(
+            "orders_dead_lettered",
+            "Orders sent to the dead-letter topic",
+            dead_lettered.clone(),
+        );
+        let lag = Family::default();
+        registry.register("consumer_lag", "Consumer-group lag", lag.clone());
+        Self {
+            registry,
+            requests,
+            request_seconds,
+            purchases,
+            produce_seconds,
+            batch_size,
+            persist_seconds,
+            orders_persisted,
+            dead_lettered,
+            lag,
+        }
+    }
+}
+
+impl Metrics {
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+
+    /// Counts a purchase outcome.
+    pub fn purchase(&self, outcome: &str) {
+        self.purchases
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_registered_metrics() {
+        let m = Metrics::default();
+        m.purchase("ACCEPTED");
+        m.produce_seconds.observe(0.002);
+        let text = m.encode();
+        assert!(
+            text.contains("flashsale_purchases_total{outcome=\"ACCEPTED\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("flashsale_produce_duration_seconds_bucket"),
+            "{text}"
+        );
+    }
+}

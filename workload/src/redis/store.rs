@@ -1,0 +1,350 @@
+//! Every Redis operation on a sale's state, over the key layout in [`keys`]
+//! and the scripts in [`scripts`]. Callers get domain types back; what a
+//! script reply means is decided in [`crate::domain::purchase`].
+//!
+//! [`keys`]: super::keys
+//! [`scripts`]: super::scripts
+
+use std::collections::HashMap;
+
+use futures::future::try_join_all;
+use redis::{AsyncCommands, Value};
+
+use super::RedisConn;
+use super::keys::ShardKeys;
+use super::scripts::SCRIPTS;
+use crate::domain::purchase::{
+    ReleaseOutcome, ReplyField, Reservation, ReservationState, ShardDecision, UnexpectedReply,
+    read_purchase_reply, read_release_reply,
+};
+use crate::domain::sale::{SaleConfig, SaleMeta, SaleRef};
+use crate::domain::shard::split_stock;
+
+/// A Redis call failed, or answered what the scripts never answer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Redis is unreachable, timed out, or refused the command.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// A script replied outside its contract.
+    #[error(transparent)]
+    Unexpected(#[from] UnexpectedReply),
+}
+
+/// What `lua/claim.lua` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// Claimed now, or already claimed by an earlier delivery: persist it.
+    Claimed {
+        /// Units reserved.
+        quantity: i64,
+        /// The buyer.
+        shopper: String,
+    },
+    /// Released: the shopper was told no, drop the message.
+    Released,
+    /// No reservation under this id.
+    Missing,
+}
+
+/// A sale's state in Redis, seen through its shards.
+#[derive(Clone)]
+pub struct SaleStore {
+    conn: RedisConn,
+}
+
+fn reply_fields(value: Value) -> Result<Vec<ReplyField>, UnexpectedReply> {
+    let Value::Array(items) = value else {
+        return Err(UnexpectedReply(vec![]));
+    };
+    items
+        .into_iter()
+        .map(|item| match item {
+            Value::Int(i) => Ok(ReplyField::Int(i)),
+            Value::BulkString(bytes) => Ok(ReplyField::Text(
+                String::from_utf8_lossy(&bytes).into_owned(),
+            )),
+            Value::SimpleString(s) => Ok(ReplyField::Text(s)),
+            _ => Err(UnexpectedReply(vec![])),
+        })
+        .collect()
+}
+
+impl SaleStore {
+    /// A store over `conn`.
+    pub fn new(conn: RedisConn) -> Self {
+        Self { conn }
+    }
+
+    /// The connection, for health checks.
+    pub fn conn(&self) -> RedisConn {
+        self.conn.clone()
+    }
+
+    /// Runs `lua/purchase.lua` in `shard`.
+    pub async fn purchase(
+        &self,
+        sale: &SaleRef,
+        shard: u32,
+        shopper: &str,
+        quantity: i64,
+        order_id: &str,
+        idempotency_key: Option<&str>,
+    ) -> Result<ShardDecision, StoreError> {
+        let keys = ShardKeys::new(sale, shard);
+        let reply: Value = SCRIPTS
+            .purchase
+            .key(&keys.meta)
+            .key(&keys.stock)
+            .key(&keys.units)
+            .key(&keys.reservations)
+            .key(&keys.idempotency)
+            .arg(shopper)
+            .arg(quantity)
+            .arg(order_id)
+            .arg(idempotency_key.unwrap_or(""))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(read_purchase_reply(&reply_fields(reply)?)?)
+    }
+
+    /// Runs `lua/release.lua`: gives the reservation's units back if it is in
+    /// the `expected` state and at least `min_age_ms` old.
+    pub async fn release(
+        &self,
+        sale: &SaleRef,
+        shard: u32,
+        order_id: &str,
+        expected: ReservationState,
+        min_age_ms: i64,
+    ) -> Result<ReleaseOutcome, StoreError> {
+        let keys = ShardKeys::new(sale, shard);
+        let letter = match expected {
+            ReservationState::Reserved => "R",
+            ReservationState::Claimed => "C",
+            ReservationState::Released => return Ok(ReleaseOutcome::Found(expected)),
+        };
+        let reply: Vec<i64> = SCRIPTS
+            .release
+            .key(&keys.stock)
+            .key(&keys.units)
+            .key(&keys.reservations)
+            .arg(order_id)
+            .arg(letter)
+            .arg(min_age_ms)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(read_release_reply(&reply)?)
+    }
+
+    /// Runs `lua/claim.lua`: a consumer takes the reservation before persisting.
+    pub async fn claim(
+        &self,
+        sale: &SaleRef,
+        shard: u32,
+        order_id: &str,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let keys = ShardKeys::new(sale, shard);
+        let reply: Value = SCRIPTS
+            .claim
+            .key(&keys.reservations)
+            .arg(order_id)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        let fields = reply_fields(reply)?;
+        use ReplyField::{Int, Text};
+        Ok(match fields.as_slice() {
+            [Int(0 | 1), Int(quantity), Text(shopper)] => ClaimOutcome::Claimed {
+                quantity: *quantity,
+                shopper: shopper.clone(),
+            },
+            [Int(2)] => ClaimOutcome::Released,
+            [Int(4)] => ClaimOutcome::Missing,
+            _ => return Err(UnexpectedReply(fields).into()),
+        })
+    }
+
+    /// First half of a transfer: takes up to `wanted` (or half the donor's
+    /// stock, if more) out of `donor`. Returns (units taken, Redis time ms).
+    pub async fn transfer_out(
+        &self,
+        sale: &SaleRef,
+        donor: u32,
+        to: u32,
+        transfer_id: &str,
+        wanted: i64,
+    ) -> Result<(i64, i64), StoreError> {
+        let keys = ShardKeys::new(sale, donor);
+        let reply: Vec<i64> = SCRIPTS
+            .transfer_out
+            .key(&keys.stock)
+            .key(&keys.transfers_out)
+            .arg(transfer_id)
+            .arg(to)
+            .arg(wanted)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        match reply.as_slice() {
+            [taken, now] => Ok((*taken, *now)),
+            _ => Err(UnexpectedReply(reply.into_iter().map(ReplyField::Int).collect()).into()),
+        }
+    }
+
+    /// Second half of a transfer: credits `amount` to `to`, once per id;
+    /// refuses a transfer older than `max_age_ms` (0 = any age). Returns
+    /// whether this call credited it.
+    pub async fn transfer_in(
+        &self,
+        sale: &SaleRef,
+        to: u32,
+        transfer_id: &str,
+        amount: i64,
+        created_ms: i64,
+        max_age_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let keys = ShardKeys::new(sale, to);
+        let reply: Vec<i64> = SCRIPTS
+            .transfer_in
+            .key(&keys.stock)
+            .key(&keys.transfers_in)
+            .arg(transfer_id)
+            .arg(amount)
+            .arg(created_ms)
+            .arg(max_age_ms)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        match reply.as_slice() {
+            [0] => Ok(true),
+            [1 | 2] => Ok(false),
+            _ => Err(UnexpectedReply(reply.into_iter().map(ReplyField::Int).collect()).into()),
+        }
+    }
+
+    /// The reservation under `order_id` in `shard`, if any.
+    pub async fn reservation(
+        &self,
+        sale: &SaleRef,
+        shard: u32,
+        order_id: &str,
+    ) -> Result<Option<Reservation>, StoreError> {
+        let keys = ShardKeys::new(sale, shard);
+        let record: Option<String> = self.conn.clone().hget(&keys.reservations, order_id).await?;
+        Ok(record.as_deref().and_then(Reservation::parse))
+    }
+
+    /// Every reservation record of `shard`, by order id (unparsable records
+    /// are reported as `None`).
+    pub async fn reservations(
+        &self,
+        sale: &SaleRef,
+        shard: u32,
+    ) -> Result<HashMap<String, Option<Reservation>>, StoreError> {
+        let records: HashMap<String, String> = self
+            .conn
+            .clone()
+            .hgetall(ShardKeys::new(sale, shard).reservations)
+            .await?;
+        Ok(records
+            .into_iter()
+            .map(|(id, record)| {
+                let parsed = Reservation::parse(&record);
+                (id, parsed)
+            })
+            .collect())
+    }
+
+    /// Units left in each shard (missing keys count 0). One command per
+    /// shard, concurrently: a Redis Cluster refuses pipelines across slots.
+    pub async fn shard_stocks(&self, sale: &SaleRef, shards: u32) -> Result<Vec<i64>, StoreError> {
+        try_join_all((0..shards).map(|shard| async move {
+            let stock: Option<i64> = self
+                .conn
+                .clone()
+                .get(ShardKeys::new(sale, shard).stock)
+                .await?;
+            Ok(stock.unwrap_or_default())
+        }))
+        .await
+    }
+
+    /// The metadata in `shard`, if it is complete.
+    pub async fn meta(&self, sale: &SaleRef, shard: u32) -> Result<Option<SaleMeta>, StoreError> {
+        let fields: HashMap<String, String> = self
+            .conn
+            .clone()
+            .hgetall(ShardKeys::new(sale, shard).meta)
+            .await?;
+        Ok(SaleMeta::from_fields(&fields))
+    }
+
+    /// Writes `meta` into every shard (the kill switch, backpressure, window
+    /// and limit changes take effect on the next purchase).
+    pub async fn write_meta(
+        &self,
+        sale: &SaleRef,
+        shards: u32,
+        meta: &SaleMeta,
+    ) -> Result<(), StoreError> {
+        let fields = meta.to_fields();
+        try_join_all((0..shards).map(|shard| {
+            let fields = &fields;
+            async move {
+                let () = self
+                    .conn
+                    .clone()
+                    .hset_multiple(ShardKeys::new(sale, shard).meta, fields)
+                    .await?;
+                Ok::<_, StoreError>(())
+            }
+        }))
+        .await?;
+        Ok(())
+    }
+
+    /// Sets each shard's stock (warm-up and repairs), no TTL.
+    pub async fn set_stocks(&self, sale: &SaleRef, stocks: &[i64]) -> Result<(), StoreError> {
+        try_join_all(stocks.iter().enumerate().map(|(shard, stock)| async move {
+            let () = self
+                .conn
+                .clone()
+                .set(ShardKeys::new(sale, shard as u32).stock, *stock)
+                .await?;
+            Ok::<_, StoreError>(())
+        }))
+        .await?;
+        Ok(())
+    }
+
+    /// Loads a sale into Redis before its first purchase: each shard's share of
+    /// the stock, then the metadata with `warmed` set, so no purchase can see
+    /// a warmed shard without its stock. Never call it on a sale that sold:
+    /// it overwrites the stock.
+    pub async fn warm(&self, config: &SaleConfig, paused: bool) -> Result<(), StoreError> {
+        let split: Vec<i64> = split_stock(config.stock.max(0) as u64, config.shards)
+            .into_iter()
+            .map(|units| units as i64)
+            .collect();
+        self.set_stocks(&config.sale, &split).await?;
+        self.write_meta(
+            &config.sale,
+            config.shards,
+            &config.meta(true, paused, false),
+        )
+        .await
+    }
+
+    /// Deletes every key of every shard (one DEL per shard: its keys share a
+    /// slot). Idempotent.
+    pub async fn delete(&self, sale: &SaleRef, shards: u32) -> Result<(), StoreError> {
+        try_join_all((0..shards).map(|shard| async move {
+            let () = self
+                .conn
+                .clone()
+                .del(ShardKeys::new(sale, shard).all().as_slice())
+                .await?;
+            Ok::<_, StoreError>(())
+        }))
+        .await?;
+        Ok(())
+    }
+}

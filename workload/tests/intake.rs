@@ -1,0 +1,446 @@
+//! The purchase path against real Redis (one node and the 3-master cluster),
+//! real Kafka and real PostgreSQL, through real HTTP requests.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use common::{
+    Answer, ApiOptions, SaleSpec, TestApi, create_sale, fresh_database, read_topic, store,
+};
+use flashsale_testkit as stack;
+use flashsale_workload::domain::sale::SaleConfig;
+use flashsale_workload::redis::RedisTarget;
+use flashsale_workload::redis::store::SaleStore;
+use uuid::Uuid;
+
+async fn remaining(store: &SaleStore, config: &SaleConfig) -> i64 {
+    store
+        .shard_stocks(&config.sale, config.shards)
+        .await
+        .unwrap()
+        .iter()
+        .sum()
+}
+
+/// A warmed live sale and an API serving its namespace.
+async fn live_sale(
+    target: RedisTarget,
+    stock: i64,
+    shards: u32,
+    limit: i64,
+) -> (TestApi, SaleConfig, SaleStore) {
+    let db = fresh_database().await;
+    let namespace = stack::unique_name("ns");
+    let config = create_sale(&db, &SaleSpec::live(&namespace, stock, shards, limit)).await;
+    let store = store(&target).await;
+    store.warm(&config, false).await.unwrap();
+    let api = TestApi::start(ApiOptions::new(&namespace, target, &db)).await;
+    api.wait_for_sale(&config.sale).await;
+    (api, config, store)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_code_comes_from_a_real_request() {
+    let target = common::redis_node();
+    let db = fresh_database().await;
+    let namespace = stack::unique_name("ns");
+    let store = store(&target).await;
+    let now = Utc::now();
+    let minutes = chrono::Duration::minutes;
+
+    let live = create_sale(&db, &SaleSpec::live(&namespace, 1, 2, 1)).await;
+    store.warm(&live, false).await.unwrap();
+    let cold = create_sale(&db, &SaleSpec::live(&namespace, 5, 1, 1)).await;
+    let future = create_sale(
+        &db,
+        &SaleSpec {
+            start: now + minutes(5),
+            end: now + minutes(10),
+            ..SaleSpec::live(&namespace, 5, 1, 1)
+        },
+    )
+    .await;
+    store.warm(&future, false).await.unwrap();
+    let past = create_sale(
+        &db,
+        &SaleSpec {
+            start: now - minutes(10),
+            end: now - minutes(5),
+            ..SaleSpec::live(&namespace, 5, 1, 1)
+        },
+    )
+    .await;
+    store.warm(&past, false).await.unwrap();
+    let paused = create_sale(&db, &SaleSpec::live(&namespace, 5, 1, 1)).await;
+    store.warm(&paused, true).await.unwrap();
+    let busy = create_sale(&db, &SaleSpec::live(&namespace, 5, 1, 1)).await;
+    store.warm(&busy, false).await.unwrap();
+    store
+        .write_meta(&busy.sale, busy.shards, &busy.meta(true, false, true))
+        .await
+        .unwrap();
+
+    let api = TestApi::start(ApiOptions::new(&namespace, target.clone(), &db)).await;
+    for sale in [&live, &cold, &future, &past, &paused, &busy] {
+        api.wait_for_sale(&sale.sale).await;
+    }
+    let expect = |answer: Answer, status: u16, code: &str| {
+        assert_eq!((answer.status, answer.code()), (status, code), "{answer:?}");
+        answer
+    };
+
+    let unknown =
+        flashsale_workload::domain::sale::SaleRef::new(&namespace, "no-such-sale").unwrap();
+    expect(api.buy(&unknown, "alice", 1).await, 404, "NOT_FOUND");
+    expect(api.buy(&cold.sale, "alice", 1).await, 503, "NOT_WARMED");
+    expect(api.buy(&future.sale, "alice", 1).await, 409, "NOT_STARTED");
+    expect(api.buy(&past.sale, "alice", 1).await, 409, "ENDED");
+    expect(api.buy(&paused.sale, "alice", 1).await, 409, "PAUSED");
+    let busy_answer = expect(api.buy(&busy.sale, "alice", 1).await, 503, "BUSY");
+    assert!(busy_answer.retry_after.is_some());
+    expect(api.buy(&live.sale, "alice", 2).await, 409, "LIMIT_EXCEEDED");
+    let accepted = expect(api.buy(&live.sale, "alice", 1).await, 202, "");
+    assert_eq!(accepted.body["status"], "PENDING");
+    assert_eq!(
+        accepted.location,
+        Some(format!("/v1/orders/{}", accepted.order_id().unwrap()))
+    );
+    expect(api.buy(&live.sale, "bob", 1).await, 409, "SOLD_OUT");
+
+    let url = format!("{}/v1/sales/{}/orders", api.url, live.sale.name);
+    let bad_json = api
+        .client
+        .post(&url)
+        .header("x-user-id", "carol")
+        .body("{quantity:")
+        .send()
+        .await
+        .unwrap();
+    expect(Answer::read(bad_json).await, 400, "INVALID_REQUEST");
+    let anonymous = api
+        .client
+        .post(&url)
+        .json(&serde_json::json!({"quantity": 1}))
+        .send()
+        .await
+        .unwrap();
+    expect(Answer::read(anonymous).await, 401, "UNAUTHENTICATED");
+
+    // Sale info is public and cacheable.
+    let info = api
+        .client
+        .get(format!("{}/v1/sales/{}", api.url, live.sale.name))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(info.headers()["cache-control"], "public, max-age=1");
+    let info: serde_json::Value = info.json().await.unwrap();
+    assert_eq!(info["sku"], "SKU-TEST");
+    assert_eq!(info["purchaseLimit"], 1);
+    for path in ["/healthz", "/readyz", "/metrics", "/openapi.json"] {
+        let r = api
+            .client
+            .get(format!("{}{path}", api.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+    }
+    api.stop().await;
+
+    // RATE_LIMITED: one request per second per shopper, a burst of five.
+    let limited_api = TestApi::start(ApiOptions {
+        per_shopper_per_sec: 1,
+        ..ApiOptions::new(&namespace, target.clone(), &db)
+    })
+    .await;
+    limited_api.wait_for_sale(&paused.sale).await;
+    let mut answers = Vec::new();
+    for _ in 0..6 {
+        answers.push(limited_api.buy(&paused.sale, "dave", 1).await);
+    }
+    let limited = expect(answers.pop().unwrap(), 429, "RATE_LIMITED");
+    assert!(limited.retry_after.is_some(), "{limited:?}");
+    limited_api.stop().await;
+
+    // UNAVAILABLE: Kafka unreachable; the reservation is given back.
+    let before = remaining(&store, &busy).await;
+    let open = create_sale(&db, &SaleSpec::live(&namespace, 3, 1, 1)).await;
+    store.warm(&open, false).await.unwrap();
+    let dead_kafka_api = TestApi::start(ApiOptions {
+        kafka: "127.0.0.1:1".into(),
+        produce_timeout: Duration::from_millis(500),
+        ..ApiOptions::new(&namespace, target.clone(), &db)
+    })
+    .await;
+    dead_kafka_api.wait_for_sale(&open.sale).await;
+    let unavailable = expect(
+        dead_kafka_api.buy(&open.sale, "erin", 1).await,
+        503,
+        "UNAVAILABLE",
+    );
+    assert!(unavailable.retry_after.is_some());
+    assert_eq!(
+        remaining(&store, &open).await,
+        3,
+        "the failed purchase's unit is back"
+    );
+    assert_eq!(remaining(&store, &busy).await, before);
+    dead_kafka_api.stop().await;
+}
+
+/// 5,000 concurrent purchases by 2,000 shoppers for 300 units over 8 shards,
+/// limit 2, quantities 1-2.
+async fn storm(target: RedisTarget) {
+    let (api, config, store) = live_sale(target, 300, 8, 2).await;
+    let api = Arc::new(api);
+    let tasks: Vec<_> = (0..5000)
+        .map(|i| {
+            let api = api.clone();
+            let sale = config.sale.clone();
+            tokio::spawn(async move {
+                let shopper = format!("shopper-{}", i % 2000);
+                let quantity = 1 + (i * 7919 % 13) % 2;
+                let answer = api.buy(&sale, &shopper, quantity).await;
+                (shopper, quantity, answer)
+            })
+        })
+        .collect();
+    let mut accepted: HashMap<Uuid, (String, i64)> = HashMap::new();
+    let mut refusals: HashMap<String, usize> = HashMap::new();
+    for task in tasks {
+        let (shopper, quantity, answer) = task.await.unwrap();
+        if answer.status == 202 {
+            assert!(
+                accepted
+                    .insert(answer.order_id().unwrap(), (shopper, quantity))
+                    .is_none()
+            );
+        } else {
+            *refusals
+                .entry(format!("{} {}", answer.status, answer.code()))
+                .or_default() += 1;
+        }
+    }
+    let units: i64 = accepted.values().map(|(_, q)| q).sum();
+    assert_eq!(
+        units, 300,
+        "I1 and I5: exactly the stock is accepted; refusals {refusals:?}"
+    );
+    let mut per_shopper: HashMap<&str, i64> = HashMap::new();
+    for (shopper, quantity) in accepted.values() {
+        *per_shopper.entry(shopper).or_default() += quantity;
+    }
+    assert!(
+        per_shopper.values().all(|&u| u <= 2),
+        "I2: no shopper above the limit"
+    );
+    for code in refusals.keys() {
+        assert!(
+            code == "409 SOLD_OUT" || code == "409 LIMIT_EXCEEDED",
+            "unexpected refusal {code}: {refusals:?}"
+        );
+    }
+    assert_eq!(remaining(&store, &config).await, 0, "every shard is empty");
+
+    // Exactly one message per accepted order, none for a refused one.
+    let messages = read_topic(&config.sale);
+    let ids: HashSet<Uuid> = messages.iter().map(|m| m.order_id).collect();
+    assert_eq!(ids.len(), messages.len(), "no duplicate messages");
+    assert_eq!(
+        ids,
+        accepted.keys().copied().collect::<HashSet<_>>(),
+        "I3 and I4 at intake"
+    );
+    for m in &messages {
+        assert_eq!(m.quantity, accepted[&m.order_id].1);
+        assert_eq!(m.shopper, accepted[&m.order_id].0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storm_on_one_redis_node() {
+    storm(common::redis_node()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storm_on_the_redis_cluster() {
+    storm(common::redis_cluster()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_requests_get_4xx_and_change_nothing() {
+    let (api, config, store) = live_sale(common::redis_node(), 50, 4, 2).await;
+    let owned = api.buy(&config.sale, "victim", 1).await;
+    let victim_order = owned.order_id().unwrap();
+    let before = remaining(&store, &config).await;
+    let url = format!("{}/v1/sales/{}/orders", api.url, config.sale.name);
+    let token = |sub: &str, exp_offset: i64, secret: &[u8]| {
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::default(),
+            &serde_json::json!({"sub": sub, "exp": Utc::now().timestamp() + exp_offset}),
+            &jsonwebtoken::EncodingKey::from_secret(secret).unwrap(),
+        )
+        .unwrap()
+    };
+    let huge = "x".repeat(4096);
+    let mut codes: HashMap<(usize, u16, String), usize> = HashMap::new();
+    for i in 0..2000 {
+        let kind = i % 15;
+        let c = &api.client;
+        let user = format!("hostile-{i}");
+        let request = match kind {
+            0 => c
+                .post(&url)
+                .header("x-user-id", &user)
+                .body("{\"quantity\":"),
+            1 => c
+                .post(&url)
+                .header("x-user-id", &user)
+                .body(format!("{{\"quantity\":1,\"pad\":\"{huge}\"}}")),
+            2 => c
+                .post(&url)
+                .header("x-user-id", &user)
+                .json(&serde_json::json!({"quantity": -3})),
+            3 => c
+                .post(&url)
+                .header("x-user-id", &user)
+                .json(&serde_json::json!({"quantity": 1_000_000_000_000i64})),
+            4 => c
+                .post(&url)
+                .header("x-user-id", &user)
+                .json(&serde_json::json!({"quantity": "2"})),
+            5 => c
+                .post(&url)
+                .bearer_auth(token(&user, -600, common::JWT_SECRET)),
+            6 => c
+                .post(&url)
+                .bearer_auth(token(&user, 600, b"not-our-secret")),
+            7 => c.post(&url).bearer_auth("not.a.jwt"),
+            8 => c.post(&url).json(&serde_json::json!({"quantity": 1})),
+            9 => c
+                .post(format!("{}/v1/sales/no-such-sale-{i}/orders", api.url))
+                .header("x-user-id", &user),
+            10 => c
+                .get(format!("{}/v1/orders/{victim_order}", api.url))
+                .header("x-user-id", &user),
+            11 => c
+                .get(format!("{}/v1/orders/not-a-uuid-{i}", api.url))
+                .header("x-user-id", &user),
+            12 => c
+                .post(&url)
+                .header("x-user-id", &user)
+                .json(&serde_json::json!({"quantity": 3})),
+            13 => c
+                .put(&url)
+                .header("x-user-id", &user)
+                .json(&serde_json::json!({"quantity": 1})),
+            _ => c
+                .post(&url)
+                .header("x-user-id", &user)
+                .body(vec![0xff, 0xfe, 0x00]),
+        };
+        let answer = Answer::read(request.send().await.unwrap()).await;
+        assert!(answer.status < 500, "request kind {kind} got {answer:?}");
+        *codes
+            .entry((kind, answer.status, answer.code().to_string()))
+            .or_default() += 1;
+    }
+    let expected = [
+        (0, 400, "INVALID_REQUEST"),
+        (1, 400, "INVALID_REQUEST"),
+        (2, 400, "INVALID_REQUEST"),
+        (3, 400, "INVALID_REQUEST"),
+        (4, 400, "INVALID_REQUEST"),
+        (5, 401, "UNAUTHENTICATED"),
+        (6, 401, "UNAUTHENTICATED"),
+        (7, 401, "UNAUTHENTICATED"),
+        (8, 401, "UNAUTHENTICATED"),
+        (9, 404, "NOT_FOUND"),
+        (10, 404, "NOT_FOUND"),
+        (11, 404, "NOT_FOUND"),
+        (12, 409, "LIMIT_EXCEEDED"),
+        (13, 405, "METHOD_NOT_ALLOWED"),
+        (14, 400, "INVALID_REQUEST"),
+    ];
+    for (kind, status, code) in expected {
+        let count = codes
+            .get(&(kind, status, code.to_string()))
+            .copied()
+            .unwrap_or_default();
+        assert!(
+            count > 0,
+            "kind {kind} never answered {status} {code}: {codes:?}"
+        );
+    }
+    assert_eq!(
+        codes.len(),
+        expected.len(),
+        "each kind has exactly one answer: {codes:?}"
+    );
+    assert_eq!(remaining(&store, &config).await, before, "no stock changed");
+    // The victim still sees their own order, pending.
+    let own = api
+        .client
+        .get(format!("{}/v1/orders/{victim_order}", api.url))
+        .header("x-user-id", "victim")
+        .send()
+        .await
+        .unwrap();
+    let own = Answer::read(own).await;
+    assert_eq!(
+        (own.status, own.body["status"].as_str()),
+        (200, Some("PENDING")),
+        "{own:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_key_returns_the_first_answer() {
+    let (api, config, store) = live_sale(common::redis_cluster(), 10, 3, 2).await;
+    let url = format!("{}/v1/sales/{}/orders", api.url, config.sale.name);
+    let send = |key: &'static str| {
+        api.client
+            .post(&url)
+            .header("x-user-id", "frank")
+            .header("idempotency-key", key)
+            .json(&serde_json::json!({"quantity": 1}))
+            .send()
+    };
+    let first = Answer::read(send("k1").await.unwrap()).await;
+    let again = Answer::read(send("k1").await.unwrap()).await;
+    assert_eq!(first.status, 202);
+    assert_eq!(again.status, 202);
+    assert_eq!(
+        first.order_id(),
+        again.order_id(),
+        "a retry gets the first order"
+    );
+    let other = Answer::read(send("k2").await.unwrap()).await;
+    assert_ne!(other.order_id(), first.order_id());
+    assert_eq!(remaining(&store, &config).await, 8, "two orders, not three");
+    assert_eq!(read_topic(&config.sale).len(), 2, "one message per order");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stock_moves_to_a_dry_shard_and_never_strands() {
+    // 8 units over 8 shards, one shopper per unit: most shoppers' home shards
+    // run dry and borrow; all 8 units still sell, then SOLD_OUT.
+    let (api, config, store) = live_sale(common::redis_cluster(), 8, 8, 1).await;
+    let mut accepted = 0;
+    let mut sold_out = 0;
+    for i in 0..20 {
+        let answer = api.buy(&config.sale, &format!("s{i}"), 1).await;
+        match (answer.status, answer.code()) {
+            (202, _) => accepted += 1,
+            (409, "SOLD_OUT") => sold_out += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!((accepted, sold_out), (8, 12));
+    assert_eq!(remaining(&store, &config).await, 0);
+}
