@@ -7,8 +7,10 @@
 pub mod api;
 pub mod bus;
 pub mod catalog;
+pub mod consumer;
 pub mod domain;
 pub mod intake;
+pub mod jobs;
 pub mod metrics;
 pub mod orders;
 pub mod redis;

@@ -8,9 +8,18 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use flashsale_workload::api::auth::AuthConfig;
 use flashsale_workload::api::limits::LimitConfig;
-use flashsale_workload::api::server::{ApiConfig, serve};
+use std::sync::Arc;
+
+use flashsale_workload::api::server::{ApiConfig, serve, shutdown_signal};
 use flashsale_workload::bus::producer::ProducerSettings;
-use flashsale_workload::redis::RedisTarget;
+use flashsale_workload::consumer::{ConsumerSettings, Supervisor, run_all_sales, sweep_forever};
+use flashsale_workload::domain::reconcile::Policy;
+use flashsale_workload::domain::sale::{SaleConfig, SaleRef};
+use flashsale_workload::jobs::{self, JobContext};
+use flashsale_workload::metrics::Metrics;
+use flashsale_workload::redis::store::SaleStore;
+use flashsale_workload::redis::{RedisConn, RedisTarget};
+use tokio_util::sync::CancellationToken;
 
 /// FlashSale workload: the shopper API, the order consumers and the jobs the
 /// operator runs for each sale.
@@ -42,17 +51,16 @@ enum Command {
     Api(Box<ApiArgs>),
     /// Persist a sale's accepted orders from Kafka to PostgreSQL in batches,
     /// idempotently, and cancel orders left unpaid past the payment timeout.
-    Consumer,
+    Consumer(Box<ConsumerArgs>),
     /// Jobs the operator runs for a sale.
-    #[command(subcommand)]
-    Job(Job),
+    Job(Box<JobArgs>),
     /// Apply the database schema migrations (idempotent).
     Migrate(Database),
     /// Run a shopper storm against the API and check the invariants after it.
     Load,
 }
 
-#[derive(Subcommand)]
+#[derive(Subcommand, Clone, Copy)]
 enum Job {
     /// Compare Redis, Kafka and PostgreSQL for a sale, repair drift toward the
     /// database, print a machine-readable report.
@@ -60,6 +68,60 @@ enum Job {
     /// Once a sale's orders are drained: a last reconciliation, then delete
     /// the sale's Redis keys. Never deletes orders.
     Cleanup,
+}
+
+#[derive(Args)]
+struct SaleName {
+    /// The FlashSale's namespace.
+    #[arg(long, env = "FLASHSALE_NAMESPACE", default_value = "default")]
+    namespace: String,
+    /// The FlashSale's name.
+    #[arg(long, env = "FLASHSALE_SALE")]
+    sale: Option<String>,
+}
+
+#[derive(Args)]
+struct JobArgs {
+    #[command(subcommand)]
+    job: Job,
+    #[command(flatten)]
+    name: SaleName,
+    #[command(flatten)]
+    services: Services,
+    /// Reservations younger than this may still have a message in flight and
+    /// are never touched (at least the API's produce timeout).
+    #[arg(long, env = "FLASHSALE_RESERVATION_MIN_AGE", default_value = "30s", value_parser = humantime::parse_duration)]
+    reservation_min_age: Duration,
+    /// How long cleanup waits for the sale's orders to drain.
+    #[arg(long, env = "FLASHSALE_DRAIN_TIMEOUT", default_value = "10m", value_parser = humantime::parse_duration)]
+    drain_timeout: Duration,
+}
+
+#[derive(Args)]
+struct ConsumerArgs {
+    #[command(flatten)]
+    name: SaleName,
+    /// Consume every current sale, each in its own consumer group (the local
+    /// stand-in for the operator's per-sale consumer Deployments).
+    #[arg(long, conflicts_with = "sale")]
+    all_sales: bool,
+    #[command(flatten)]
+    services: Services,
+    /// Most orders per database transaction.
+    #[arg(long, env = "FLASHSALE_BATCH_SIZE", default_value_t = 500)]
+    batch_size: usize,
+    /// How long a batch waits to fill once its first order arrived.
+    #[arg(long, env = "FLASHSALE_BATCH_LINGER", default_value = "20ms", value_parser = humantime::parse_duration)]
+    batch_linger: Duration,
+    /// Database connections (and so concurrent batches) at most.
+    #[arg(long, env = "FLASHSALE_DB_POOL", default_value_t = 8)]
+    db_pool: u32,
+    /// How often unpaid orders past their timeout are cancelled.
+    #[arg(long, env = "FLASHSALE_SWEEP_EVERY", default_value = "1s", value_parser = humantime::parse_duration)]
+    sweep_every: Duration,
+    /// Address of /metrics and /healthz.
+    #[arg(long, env = "FLASHSALE_METRICS_LISTEN", default_value = "127.0.0.1:0")]
+    metrics_listen: SocketAddr,
 }
 
 #[derive(Args)]
@@ -157,6 +219,102 @@ impl ApiArgs {
     }
 }
 
+impl Services {
+    async fn connect(&self, pool: u32) -> anyhow::Result<(sqlx::PgPool, SaleStore)> {
+        let db = flashsale_workload::orders::connect(&self.database.database_url, pool)
+            .await
+            .context("failed to connect to PostgreSQL")?;
+        let redis = RedisConn::connect(&self.redis)
+            .await
+            .context("failed to connect to Redis")?;
+        Ok((db, SaleStore::new(redis)))
+    }
+}
+
+impl SaleName {
+    async fn find(&self, db: &sqlx::PgPool) -> anyhow::Result<Option<SaleConfig>> {
+        let name = self.sale.as_deref().context("--sale is required")?;
+        let sale = SaleRef::new(&self.namespace, name)?;
+        Ok(flashsale_workload::orders::sales::find_current(db, &sale).await?)
+    }
+}
+
+async fn run_job(args: JobArgs) -> anyhow::Result<()> {
+    let (db, store) = args.services.connect(2).await?;
+    let config = args
+        .name
+        .find(&db)
+        .await?
+        .context("no such sale in the database")?;
+    let ctx = JobContext {
+        db,
+        store,
+        bootstrap: args.services.kafka.clone(),
+    };
+    let policy = Policy {
+        reservation_min_age_ms: args.reservation_min_age.as_millis() as i64,
+        ..Policy::default()
+    };
+    let report = match args.job {
+        Job::Reconcile => serde_json::to_string(&jobs::reconcile(&ctx, &config, &policy).await?)?,
+        Job::Cleanup => serde_json::to_string(
+            &jobs::cleanup(&ctx, &config, &policy, args.drain_timeout).await?,
+        )?,
+    };
+    // The report is the job's output: one JSON line on stdout.
+    println!("{report}");
+    Ok(())
+}
+
+async fn run_consumer(args: ConsumerArgs) -> anyhow::Result<()> {
+    let (db, store) = args.services.connect(args.db_pool).await?;
+    let metrics = Arc::new(Metrics::default());
+    let stop = CancellationToken::new();
+    let supervisor = Supervisor {
+        bootstrap: args.services.kafka.clone(),
+        db: db.clone(),
+        store: store.clone(),
+        settings: ConsumerSettings {
+            batch_size: args.batch_size,
+            batch_linger: args.batch_linger,
+            ..ConsumerSettings::default()
+        },
+        metrics: metrics.clone(),
+    };
+    let listener = tokio::net::TcpListener::bind(args.metrics_listen).await?;
+    tracing::info!(listen = %listener.local_addr()?, "consumer metrics serving");
+    let server = tokio::spawn(flashsale_workload::metrics::serve(
+        listener,
+        metrics,
+        stop.clone(),
+    ));
+    let sweeper = tokio::spawn(sweep_forever(
+        db.clone(),
+        store,
+        args.sweep_every,
+        stop.clone(),
+    ));
+    let stopper = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            stop.cancel();
+        })
+    };
+    if args.all_sales {
+        run_all_sales(supervisor, stop.clone()).await;
+    } else {
+        let name = &args.name;
+        supervisor
+            .run_one(async || name.find(&db).await, stop.clone())
+            .await;
+    }
+    stop.cancel();
+    stopper.abort();
+    let _ = tokio::join!(server, sweeper);
+    Ok(())
+}
+
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -183,8 +341,10 @@ async fn main() -> anyhow::Result<()> {
             tracing::info!("database schema is up to date");
             Ok(())
         }
-        Command::Consumer | Command::Job(_) | Command::Load => {
-            anyhow::bail!("not built yet: this subcommand arrives with the pipeline issue")
+        Command::Consumer(args) => run_consumer(*args).await,
+        Command::Job(args) => run_job(*args).await,
+        Command::Load => {
+            anyhow::bail!("not built yet: the load tool arrives with the cluster issue")
         }
     }
 }

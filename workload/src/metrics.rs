@@ -153,6 +153,31 @@ impl Metrics {
     }
 }
 
+/// Serves `/metrics` and `/healthz` (for processes without the API router)
+/// until `stop`.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    metrics: std::sync::Arc<Metrics>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    use axum::routing::get;
+    let app = axum::Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/metrics",
+            get(move || {
+                let metrics = metrics.clone();
+                async move { metrics.encode() }
+            }),
+        );
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await
+    {
+        tracing::warn!(error = %e, "metrics server stopped");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use chrono::Utc;
 use common::{
-    Answer, ApiOptions, SaleSpec, TestApi, create_sale, fresh_database, read_topic, store,
+    Answer, ApiOptions, SaleSpec, StormResult, TestApi, create_sale, fresh_database, read_topic,
+    store, storm,
 };
 use flashsale_testkit as stack;
 use flashsale_workload::domain::sale::SaleConfig;
@@ -195,37 +196,10 @@ async fn every_refusal_code_comes_from_a_real_request() {
 
 /// 5,000 concurrent purchases by 2,000 shoppers for 300 units over 8 shards,
 /// limit 2, quantities 1-2.
-async fn storm(target: RedisTarget) {
+async fn storm_accepts_exactly_the_stock(target: RedisTarget) {
     let (api, config, store) = live_sale(target, 300, 8, 2).await;
     let api = Arc::new(api);
-    let tasks: Vec<_> = (0..5000)
-        .map(|i| {
-            let api = api.clone();
-            let sale = config.sale.clone();
-            tokio::spawn(async move {
-                let shopper = format!("shopper-{}", i % 2000);
-                let quantity = 1 + (i * 7919 % 13) % 2;
-                let answer = api.buy(&sale, &shopper, quantity).await;
-                (shopper, quantity, answer)
-            })
-        })
-        .collect();
-    let mut accepted: HashMap<Uuid, (String, i64)> = HashMap::new();
-    let mut refusals: HashMap<String, usize> = HashMap::new();
-    for task in tasks {
-        let (shopper, quantity, answer) = task.await.unwrap();
-        if answer.status == 202 {
-            assert!(
-                accepted
-                    .insert(answer.order_id().unwrap(), (shopper, quantity))
-                    .is_none()
-            );
-        } else {
-            *refusals
-                .entry(format!("{} {}", answer.status, answer.code()))
-                .or_default() += 1;
-        }
-    }
+    let StormResult { accepted, refusals } = storm(&api, &config.sale, 5000, 2000).await;
     let units: i64 = accepted.values().map(|(_, q)| q).sum();
     assert_eq!(
         units, 300,
@@ -264,12 +238,12 @@ async fn storm(target: RedisTarget) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn storm_on_one_redis_node() {
-    storm(common::redis_node()).await;
+    storm_accepts_exactly_the_stock(common::redis_node()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn storm_on_the_redis_cluster() {
-    storm(common::redis_cluster()).await;
+    storm_accepts_exactly_the_stock(common::redis_cluster()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

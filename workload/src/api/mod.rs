@@ -72,6 +72,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sales/{sale}", get(sales::get_sale))
         .route("/v1/sales/{sale}/orders", post(orders::purchase))
         .route("/v1/orders/{order_id}", get(orders::get_order))
+        .route("/v1/orders/{order_id}/pay", post(orders::pay))
+        .route("/v1/orders/{order_id}/cancel", post(orders::cancel))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))

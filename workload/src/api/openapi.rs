@@ -10,7 +10,13 @@ use super::sales::SaleInfo;
 #[derive(OpenApi)]
 #[openapi(
     info(title = "FlashSale shopper API", description = "Sale info, purchases and orders. Every refusal is {code, message}."),
-    paths(super::sales::get_sale, super::orders::purchase, super::orders::get_order),
+    paths(
+        super::sales::get_sale,
+        super::orders::purchase,
+        super::orders::get_order,
+        super::orders::pay,
+        super::orders::cancel
+    ),
     components(schemas(SaleInfo, PurchaseRequest, PurchaseAccepted, OrderView, ErrorBody)),
     modifiers(&BearerAuth)
 )]

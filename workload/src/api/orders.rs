@@ -13,10 +13,11 @@ use uuid::Uuid;
 
 use super::error::{ApiError, ErrorBody};
 use super::{AppState, ClientIp};
-use crate::domain::order::OrderStatus;
+use crate::consumer::return_to_redis;
+use crate::domain::order::{OrderEvent, OrderStatus};
 use crate::domain::purchase::ReservationState;
 use crate::domain::shard::home_shard;
-use crate::orders::order as order_rows;
+use crate::orders::order::{self as order_rows, EventOutcome};
 
 /// Most units one request may ask for, whatever the sale's limit.
 pub const MAX_QUANTITY: i64 = 1000;
@@ -201,6 +202,102 @@ pub async fn get_order(
     state.limits.check_shopper(&shopper)?;
     let order_id = parse_order_id(&order_id)?;
     find_order(&state, &shopper, order_id)
+        .await?
+        .map(Json)
+        .ok_or_else(no_such_order)
+}
+
+/// Pay for an order. Idempotent: paying a paid order answers its status.
+#[utoipa::path(
+    post,
+    path = "/v1/orders/{orderId}/pay",
+    params(("orderId" = Uuid, Path, description = "The order id")),
+    responses(
+        (status = 200, description = "The order, PAID", body = OrderView),
+        (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
+        (status = 404, description = "NOT_FOUND", body = ErrorBody),
+        (status = 409, description = "ORDER_PENDING (with Retry-After) or ORDER_NOT_PAYABLE", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+    tag = "orders"
+)]
+pub async fn pay(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+    Path(order_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<OrderView>, ApiError> {
+    change(&state, ip, &order_id, &headers, OrderEvent::Pay).await
+}
+
+/// Cancel an order: CANCELLED if unpaid, REFUNDED if paid; its units go back
+/// to the sale. Idempotent.
+#[utoipa::path(
+    post,
+    path = "/v1/orders/{orderId}/cancel",
+    params(("orderId" = Uuid, Path, description = "The order id")),
+    responses(
+        (status = 200, description = "The order, CANCELLED or REFUNDED", body = OrderView),
+        (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
+        (status = 404, description = "NOT_FOUND", body = ErrorBody),
+        (status = 409, description = "ORDER_PENDING (with Retry-After) or ORDER_NOT_CANCELLABLE", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+    tag = "orders"
+)]
+pub async fn cancel(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+    Path(order_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<OrderView>, ApiError> {
+    change(&state, ip, &order_id, &headers, OrderEvent::Cancel).await
+}
+
+/// Applies a shopper's event to their order and answers with the order.
+async fn change(
+    state: &AppState,
+    ip: std::net::IpAddr,
+    order_id: &str,
+    headers: &HeaderMap,
+    event: OrderEvent,
+) -> Result<Json<OrderView>, ApiError> {
+    state.limits.check_client(ip)?;
+    let shopper = state.auth.shopper(headers)?;
+    state.limits.check_shopper(&shopper)?;
+    let order_id = parse_order_id(order_id)?;
+    let refused = |status: OrderStatus| {
+        let (code, verb) = match event {
+            OrderEvent::Pay => ("ORDER_NOT_PAYABLE", "paid"),
+            _ => ("ORDER_NOT_CANCELLABLE", "cancelled"),
+        };
+        ApiError::order_conflict(
+            code,
+            format!("a {} order cannot be {verb}", status.as_str()),
+        )
+    };
+    let outcome = order_rows::apply_event(&state.db, order_id, &shopper, event)
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "order change: database unavailable");
+            ApiError::unavailable("orders are unreachable right now")
+        })?;
+    match outcome {
+        EventOutcome::Changed { returned, .. } => {
+            return_to_redis(state.intake.store(), returned.as_slice()).await;
+        }
+        EventOutcome::AlreadyDone(_) => {}
+        EventOutcome::Illegal(status) => return Err(refused(status)),
+        // Not persisted: pending in Redis (retry soon), or it failed.
+        EventOutcome::NotFound => {
+            return Err(match find_order(state, &shopper, order_id).await? {
+                Some(view) if view.status == OrderStatus::Pending => ApiError::order_pending(),
+                Some(view) => refused(view.status),
+                None => no_such_order(),
+            });
+        }
+    }
+    find_order(state, &shopper, order_id)
         .await?
         .map(Json)
         .ok_or_else(no_such_order)

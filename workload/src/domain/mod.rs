@@ -3,5 +3,6 @@
 pub mod breaker;
 pub mod order;
 pub mod purchase;
+pub mod reconcile;
 pub mod sale;
 pub mod shard;

@@ -80,3 +80,309 @@ pub async fn find<'e>(db: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<Option<
     .await?;
     Ok(row.map(OrderRow::into_record))
 }
+
+/// An accepted order, claimed in Redis, on its way into the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewOrder {
+    /// UUIDv7 from the API.
+    pub id: Uuid,
+    /// The buyer.
+    pub shopper: String,
+    /// Units.
+    pub quantity: i64,
+    /// The stock shard holding the reservation.
+    pub shard: u32,
+    /// When the API accepted it.
+    pub accepted_at: DateTime<Utc>,
+}
+
+/// Why the database, the final arbiter, refused a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// `sold + n <= stock` failed: more units than the sale has.
+    StockExhausted,
+    /// `units <= purchase_limit` failed for a shopper.
+    LimitExceeded,
+}
+
+/// A batch that could not be persisted.
+#[derive(Debug, thiserror::Error)]
+pub enum PersistError {
+    /// The arbiter refused it: roll back and find the offending orders.
+    #[error("the database refused the batch: {0:?}")]
+    Refused(Refusal),
+    /// The database failed: retry later.
+    #[error("database error: {0}")]
+    Db(#[from] sqlx::Error),
+}
+
+/// The orders a batch inserted (ids already present are skipped: redelivery
+/// changes nothing).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Persisted {
+    /// Newly inserted order ids.
+    pub inserted: Vec<Uuid>,
+    /// Their units.
+    pub units: i64,
+}
+
+/// Persists one sale's batch inside the caller's transaction: inserts the new
+/// orders as UNPAID, adds their units to `sold` only if that stays within
+/// `stock`, and adds each shopper's units within the limit. On a refusal the
+/// caller must roll back.
+pub async fn persist_batch(
+    tx: &mut sqlx::PgConnection,
+    sale_id: Uuid,
+    orders: &[NewOrder],
+) -> Result<Persisted, PersistError> {
+    let ids: Vec<Uuid> = orders.iter().map(|o| o.id).collect();
+    let shoppers: Vec<&str> = orders.iter().map(|o| o.shopper.as_str()).collect();
+    let quantities: Vec<i32> = orders.iter().map(|o| o.quantity as i32).collect();
+    let shards: Vec<i32> = orders.iter().map(|o| o.shard as i32).collect();
+    let accepted: Vec<DateTime<Utc>> = orders.iter().map(|o| o.accepted_at).collect();
+    let inserted: Vec<(Uuid, String, i32)> = sqlx::query_as(
+        "INSERT INTO orders (id, sale_id, shopper, quantity, shard, status, accepted_at)
+         SELECT t.id, $1, t.shopper, t.quantity, t.shard, 'UNPAID', t.accepted_at
+         FROM UNNEST($2::uuid[], $3::text[], $4::int[], $5::int[], $6::timestamptz[])
+              AS t(id, shopper, quantity, shard, accepted_at)
+         ON CONFLICT (id) DO NOTHING
+         RETURNING id, shopper, quantity",
+    )
+    .bind(sale_id)
+    .bind(&ids)
+    .bind(&shoppers)
+    .bind(&quantities)
+    .bind(&shards)
+    .bind(&accepted)
+    .fetch_all(&mut *tx)
+    .await?;
+    if inserted.is_empty() {
+        return Ok(Persisted::default());
+    }
+    let units: i64 = inserted.iter().map(|(_, _, q)| i64::from(*q)).sum();
+    let arbiter = sqlx::query(
+        "UPDATE sales SET sold = sold + $2, updated_at = now() WHERE id = $1 AND sold + $2 <= stock",
+    )
+    .bind(sale_id)
+    .bind(units as i32)
+    .execute(&mut *tx)
+    .await?;
+    if arbiter.rows_affected() == 0 {
+        return Err(PersistError::Refused(Refusal::StockExhausted));
+    }
+    let mut per_shopper: std::collections::BTreeMap<&str, i32> = std::collections::BTreeMap::new();
+    for (_, shopper, quantity) in &inserted {
+        *per_shopper.entry(shopper.as_str()).or_default() += quantity;
+    }
+    let (names, amounts): (Vec<&str>, Vec<i32>) = per_shopper.into_iter().unzip();
+    let limit = sqlx::query(
+        "INSERT INTO shopper_units (sale_id, shopper, units, purchase_limit)
+         SELECT $1, t.shopper, t.units, s.purchase_limit
+         FROM UNNEST($2::text[], $3::int[]) AS t(shopper, units), sales s WHERE s.id = $1
+         ON CONFLICT (sale_id, shopper) DO UPDATE
+           SET units = shopper_units.units + EXCLUDED.units, purchase_limit = EXCLUDED.purchase_limit",
+    )
+    .bind(sale_id)
+    .bind(&names)
+    .bind(&amounts)
+    .execute(&mut *tx)
+    .await;
+    match limit {
+        Err(sqlx::Error::Database(e)) if e.constraint() == Some("units_within_limit") => {
+            Err(PersistError::Refused(Refusal::LimitExceeded))
+        }
+        Err(e) => Err(e.into()),
+        Ok(_) => Ok(Persisted {
+            inserted: inserted.into_iter().map(|(id, _, _)| id).collect(),
+            units,
+        }),
+    }
+}
+
+/// Records an order the pipeline gave up on as FAILED (it holds no stock).
+/// An order already present is left alone.
+pub async fn insert_failed<'e>(
+    db: impl PgExecutor<'e>,
+    sale_id: Uuid,
+    order: &NewOrder,
+    reason: &str,
+) -> sqlx::Result<bool> {
+    let result = sqlx::query(
+        "INSERT INTO orders (id, sale_id, shopper, quantity, shard, status, failure_reason, accepted_at)
+         VALUES ($1, $2, $3, $4, $5, 'FAILED', $6, $7)
+         ON CONFLICT (id) DO NOTHING",
+    )
+    .bind(order.id)
+    .bind(sale_id)
+    .bind(&order.shopper)
+    .bind(order.quantity as i32)
+    .bind(order.shard as i32)
+    .bind(reason)
+    .bind(order.accepted_at)
+    .execute(db)
+    .await?;
+    Ok(result.rows_affected() == 1)
+}
+
+/// Units that left the database's count and must go back to Redis: release
+/// the claimed reservation `order_id` in `shard` of sale `namespace/name`.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct StockReturn {
+    /// The order.
+    pub order_id: Uuid,
+    /// Its sale's namespace.
+    pub namespace: String,
+    /// Its sale's name.
+    pub name: String,
+    /// The stock shard of its reservation.
+    pub shard: i32,
+}
+
+/// What an order event did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventOutcome {
+    /// The status changed; `returned` is set when its units left the sale's count.
+    Changed {
+        /// The new status.
+        status: OrderStatus,
+        /// Units to give back to Redis.
+        returned: Option<StockReturn>,
+    },
+    /// Nothing to do: the order is already there (idempotent retry).
+    AlreadyDone(OrderStatus),
+    /// Not allowed from this status.
+    Illegal(OrderStatus),
+    /// No persisted order of this shopper under that id.
+    NotFound,
+}
+
+/// Applies `event` to the shopper's order: the pure state machine decides,
+/// the update is conditional on the status read under a row lock, and a status
+/// that stops holding stock gives its units back to the sale and the shopper.
+pub async fn apply_event(
+    db: &sqlx::PgPool,
+    id: Uuid,
+    shopper: &str,
+    event: crate::domain::order::OrderEvent,
+) -> sqlx::Result<EventOutcome> {
+    use crate::domain::order::Transition;
+    let mut tx = db.begin().await?;
+    let row: Option<(String, i32, Uuid, i32, String, String)> = sqlx::query_as(
+        "SELECT o.status, o.quantity, o.sale_id, o.shard, s.namespace, s.name
+         FROM orders o JOIN sales s ON s.id = o.sale_id
+         WHERE o.id = $1 AND o.shopper = $2 FOR UPDATE OF o",
+    )
+    .bind(id)
+    .bind(shopper)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((status, quantity, sale_id, shard, namespace, name)) = row else {
+        return Ok(EventOutcome::NotFound);
+    };
+    let from = OrderStatus::parse(&status).unwrap_or(OrderStatus::Failed);
+    let to = match from.on(event) {
+        Transition::To(to) => to,
+        Transition::AlreadyDone => return Ok(EventOutcome::AlreadyDone(from)),
+        Transition::Illegal | Transition::NotYet => return Ok(EventOutcome::Illegal(from)),
+    };
+    sqlx::query(
+        "UPDATE orders SET status = $3, version = version + 1, updated_at = now()
+         WHERE id = $1 AND status = $2",
+    )
+    .bind(id)
+    .bind(from.as_str())
+    .bind(to.as_str())
+    .execute(&mut *tx)
+    .await?;
+    let returned = if from.holds_stock() && !to.holds_stock() {
+        give_back(&mut tx, sale_id, &[(shopper.to_string(), quantity)]).await?;
+        Some(StockReturn {
+            order_id: id,
+            namespace,
+            name,
+            shard,
+        })
+    } else {
+        None
+    };
+    tx.commit().await?;
+    Ok(EventOutcome::Changed {
+        status: to,
+        returned,
+    })
+}
+
+/// Takes units out of a sale's `sold` and its shoppers' counts.
+async fn give_back(
+    tx: &mut sqlx::PgConnection,
+    sale_id: Uuid,
+    units: &[(String, i32)],
+) -> sqlx::Result<()> {
+    let total: i32 = units.iter().map(|(_, q)| q).sum();
+    sqlx::query("UPDATE sales SET sold = sold - $2, updated_at = now() WHERE id = $1")
+        .bind(sale_id)
+        .bind(total)
+        .execute(&mut *tx)
+        .await?;
+    let (shoppers, amounts): (Vec<&str>, Vec<i32>) =
+        units.iter().map(|(s, q)| (s.as_str(), *q)).unzip();
+    sqlx::query(
+        "UPDATE shopper_units u SET units = u.units - t.units
+         FROM (SELECT shopper, sum(units)::int AS units FROM UNNEST($2::text[], $3::int[]) AS x(shopper, units) GROUP BY shopper) t
+         WHERE u.sale_id = $1 AND u.shopper = t.shopper",
+    )
+    .bind(sale_id)
+    .bind(&shoppers)
+    .bind(&amounts)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// Cancels up to `limit` orders left UNPAID past their sale's payment timeout
+/// (counted from when they were persisted, so a shopper always has the whole
+/// timeout to pay). Rows locked by another sweeper are skipped, so many
+/// replicas can sweep at once. Returns the units to give back to Redis.
+pub async fn sweep_unpaid(db: &sqlx::PgPool, limit: i64) -> sqlx::Result<Vec<StockReturn>> {
+    use crate::domain::order::{OrderEvent, Transition};
+    let Transition::To(cancelled) = OrderStatus::Unpaid.on(OrderEvent::PaymentTimeout) else {
+        unreachable!("an unpaid order can always time out");
+    };
+    let mut tx = db.begin().await?;
+    let due: Vec<(Uuid, Uuid, String, i32, i32, String, String)> = sqlx::query_as(
+        "WITH due AS (
+           SELECT o.id FROM orders o JOIN sales s ON s.id = o.sale_id
+           WHERE o.status = 'UNPAID'
+             AND o.created_at + s.payment_timeout_ms * interval '1 millisecond' < now()
+           ORDER BY o.created_at LIMIT $1
+           FOR UPDATE OF o SKIP LOCKED)
+         UPDATE orders o SET status = $2, version = o.version + 1, updated_at = now(),
+                failure_reason = 'payment timeout'
+         FROM due, sales s WHERE o.id = due.id AND s.id = o.sale_id
+         RETURNING o.id, o.sale_id, o.shopper, o.quantity, o.shard, s.namespace, s.name",
+    )
+    .bind(limit)
+    .bind(cancelled.as_str())
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut by_sale: std::collections::HashMap<Uuid, Vec<(String, i32)>> = Default::default();
+    for (_, sale_id, shopper, quantity, ..) in &due {
+        by_sale
+            .entry(*sale_id)
+            .or_default()
+            .push((shopper.clone(), *quantity));
+    }
+    for (sale_id, units) in &by_sale {
+        give_back(&mut tx, *sale_id, units).await?;
+    }
+    tx.commit().await?;
+    Ok(due
+        .into_iter()
+        .map(|(order_id, _, _, _, shard, namespace, name)| StockReturn {
+            order_id,
+            namespace,
+            name,
+            shard,
+        })
+        .collect())
+}

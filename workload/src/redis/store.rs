@@ -17,6 +17,7 @@ use crate::domain::purchase::{
     ReleaseOutcome, ReplyField, Reservation, ReservationState, ShardDecision, UnexpectedReply,
     read_purchase_reply, read_release_reply,
 };
+use crate::domain::reconcile::{Repair, ShardSnapshot, TransferOut, parse_transfer_in};
 use crate::domain::sale::{SaleConfig, SaleMeta, SaleRef};
 use crate::domain::shard::split_stock;
 
@@ -333,18 +334,158 @@ impl SaleStore {
         .await
     }
 
-    /// Deletes every key of every shard (one DEL per shard: its keys share a
-    /// slot). Idempotent.
+    /// Deletes every key of every shard, metadata last: while any shard still
+    /// has its metadata, the deletion is unfinished. Idempotent.
     pub async fn delete(&self, sale: &SaleRef, shards: u32) -> Result<(), StoreError> {
+        try_join_all((0..shards).map(|shard| async move {
+            let keys = ShardKeys::new(sale, shard);
+            let data: Vec<&str> = keys.all().into_iter().filter(|k| *k != keys.meta).collect();
+            let () = self.conn.clone().del(data).await?;
+            Ok::<_, StoreError>(())
+        }))
+        .await?;
         try_join_all((0..shards).map(|shard| async move {
             let () = self
                 .conn
                 .clone()
-                .del(ShardKeys::new(sale, shard).all().as_slice())
+                .del(ShardKeys::new(sale, shard).meta)
                 .await?;
             Ok::<_, StoreError>(())
         }))
         .await?;
         Ok(())
+    }
+
+    /// How many shards still have their metadata (0: never warmed or cleaned up).
+    pub async fn shards_with_meta(&self, sale: &SaleRef, shards: u32) -> Result<u32, StoreError> {
+        let present = try_join_all((0..shards).map(|shard| async move {
+            let exists: bool = self
+                .conn
+                .clone()
+                .exists(ShardKeys::new(sale, shard).meta)
+                .await?;
+            Ok::<_, StoreError>(exists)
+        }))
+        .await?;
+        Ok(present.into_iter().filter(|p| *p).count() as u32)
+    }
+
+    /// Reads one shard atomically (MULTI/EXEC: its keys share a slot), with
+    /// Redis's clock.
+    pub async fn snapshot(
+        &self,
+        sale: &SaleRef,
+        shard: u32,
+    ) -> Result<(ShardSnapshot, i64), StoreError> {
+        let keys = ShardKeys::new(sale, shard);
+        type Raw = (
+            Option<i64>,
+            HashMap<String, i64>,
+            HashMap<String, String>,
+            HashMap<String, String>,
+            HashMap<String, String>,
+            (i64, i64),
+        );
+        let (stock, units, reservations, transfers_out, transfers_in, (secs, micros)): Raw =
+            redis::pipe()
+                .atomic()
+                .get(&keys.stock)
+                .hgetall(&keys.units)
+                .hgetall(&keys.reservations)
+                .hgetall(&keys.transfers_out)
+                .hgetall(&keys.transfers_in)
+                .cmd("TIME")
+                .query_async(&mut self.conn.clone())
+                .await?;
+        let snapshot = ShardSnapshot {
+            stock: stock.unwrap_or_default(),
+            units: units.into_iter().collect(),
+            reservations: reservations
+                .into_iter()
+                .filter_map(|(id, r)| Some((id, Reservation::parse(&r)?)))
+                .collect(),
+            transfers_out: transfers_out
+                .into_iter()
+                .filter_map(|(id, t)| Some((id, TransferOut::parse(&t)?)))
+                .collect(),
+            transfers_in: transfers_in
+                .into_iter()
+                .filter_map(|(id, t)| Some((id, parse_transfer_in(&t)?)))
+                .collect(),
+        };
+        Ok((snapshot, secs * 1000 + micros / 1000))
+    }
+
+    /// Applies one reconciliation repair. Returns whether Redis changed.
+    pub async fn repair(&self, sale: &SaleRef, repair: &Repair) -> Result<bool, StoreError> {
+        let mut conn = self.conn.clone();
+        Ok(match repair {
+            Repair::FinishTransfer {
+                id,
+                to,
+                amount,
+                created_ms,
+            } => {
+                self.transfer_in(sale, *to, id, *amount, *created_ms, 0)
+                    .await?
+            }
+            Repair::PruneTransfer { id, from, to } => {
+                // Donor first: an orphan credit is harmless, an orphan debit would be finished again.
+                if let Some(from) = from {
+                    let () = conn
+                        .hdel(ShardKeys::new(sale, *from).transfers_out, id)
+                        .await?;
+                }
+                if let Some(to) = to {
+                    let () = conn
+                        .hdel(ShardKeys::new(sale, *to).transfers_in, id)
+                        .await?;
+                }
+                true
+            }
+            Repair::Release {
+                order_id,
+                shard,
+                expected,
+                min_age_ms,
+            } => {
+                let expected = if *expected == 'C' {
+                    ReservationState::Claimed
+                } else {
+                    ReservationState::Reserved
+                };
+                matches!(
+                    self.release(sale, *shard, order_id, expected, *min_age_ms)
+                        .await?,
+                    ReleaseOutcome::Released(_)
+                )
+            }
+            Repair::RestoreReservation {
+                order_id,
+                shard,
+                record,
+            } => {
+                conn.hset_nx(ShardKeys::new(sale, *shard).reservations, order_id, record)
+                    .await?
+            }
+            Repair::AdjustUnits {
+                shard,
+                shopper,
+                delta,
+            } => {
+                let units = ShardKeys::new(sale, *shard).units;
+                let left: i64 = conn.hincr(&units, shopper, *delta).await?;
+                if left <= 0 {
+                    let () = conn.hdel(&units, shopper).await?;
+                }
+                true
+            }
+            Repair::AdjustStock { shard, delta } => {
+                let () = conn
+                    .incr(ShardKeys::new(sale, *shard).stock, *delta)
+                    .await?;
+                true
+            }
+        })
     }
 }

@@ -101,6 +101,7 @@ pub struct SaleSpec {
     pub start: DateTime<Utc>,
     pub end: DateTime<Utc>,
     pub partitions: i32,
+    pub payment_timeout: Duration,
 }
 
 impl SaleSpec {
@@ -114,6 +115,7 @@ impl SaleSpec {
             start: Utc::now() - chrono::Duration::minutes(1),
             end: Utc::now() + chrono::Duration::minutes(10),
             partitions: 4,
+            payment_timeout: Duration::from_secs(900),
         }
     }
 }
@@ -131,7 +133,7 @@ pub async fn create_sale(db: &PgPool, spec: &SaleSpec) -> SaleConfig {
         purchase_limit: spec.limit,
         shards: spec.shards,
         generation: 1,
-        payment_timeout: Duration::from_secs(900),
+        payment_timeout: spec.payment_timeout,
     };
     let config = orders::sales::upsert(db, &config).await.unwrap();
     let bootstrap = stack::kafka_bootstrap();
@@ -356,4 +358,105 @@ pub fn read_topic(sale: &SaleRef) -> Vec<OrderMessage> {
         }
     }
     messages
+}
+
+/// Runs the sale's consumers in this process until the topic is drained.
+pub async fn consume_until_drained(db: &PgPool, store: &SaleStore, config: &SaleConfig) {
+    use flashsale_workload::consumer::{ConsumerSettings, SaleConsumer};
+    let stop = tokio_util::sync::CancellationToken::new();
+    let consumer = SaleConsumer::new(
+        &stack::kafka_bootstrap(),
+        config.clone(),
+        db.clone(),
+        store.clone(),
+        ConsumerSettings::default(),
+        std::sync::Arc::new(flashsale_workload::metrics::Metrics::default()),
+    )
+    .unwrap();
+    let running = tokio::spawn({
+        let stop = stop.clone();
+        async move { consumer.run(stop).await }
+    });
+    wait_drained(config).await;
+    stop.cancel();
+    running.await.unwrap();
+}
+
+/// Polls the sale's consumer-group lag until it is 0 (60 s at most).
+pub async fn wait_drained(config: &SaleConfig) {
+    let reader = flashsale_workload::bus::lag::LagReader::new(
+        &stack::kafka_bootstrap(),
+        &topics::consumer_group(&config.sale),
+    )
+    .unwrap();
+    for _ in 0..600 {
+        if reader
+            .read(&topics::orders_topic(&config.sale))
+            .await
+            .unwrap()
+            .total()
+            == 0
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{} did not drain in 60 s", config.sale);
+}
+
+/// What a storm got.
+pub struct StormResult {
+    /// Accepted orders: shopper and quantity.
+    pub accepted: HashMap<Uuid, (String, i64)>,
+    /// Refusals by "status CODE".
+    pub refusals: HashMap<String, usize>,
+}
+
+impl StormResult {
+    /// Units accepted.
+    pub fn units(&self) -> i64 {
+        self.accepted.values().map(|(_, q)| q).sum()
+    }
+}
+
+/// `requests` concurrent purchases by `shoppers` shoppers, quantities 1-2.
+pub async fn storm(
+    api: &std::sync::Arc<TestApi>,
+    sale: &SaleRef,
+    requests: usize,
+    shoppers: usize,
+) -> StormResult {
+    let tasks: Vec<_> = (0..requests)
+        .map(|i| {
+            let api = api.clone();
+            let sale = sale.clone();
+            tokio::spawn(async move {
+                let shopper = format!("shopper-{}", i % shoppers);
+                let quantity = 1 + ((i * 7919 % 13) % 2) as i64;
+                let answer = api.buy(&sale, &shopper, quantity).await;
+                (shopper, quantity, answer)
+            })
+        })
+        .collect();
+    let mut result = StormResult {
+        accepted: HashMap::new(),
+        refusals: HashMap::new(),
+    };
+    for task in tasks {
+        let (shopper, quantity, answer) = task.await.unwrap();
+        if answer.status == 202 {
+            assert!(
+                result
+                    .accepted
+                    .insert(answer.order_id().unwrap(), (shopper, quantity))
+                    .is_none()
+            );
+        } else {
+            *result
+                .refusals
+                .entry(format!("{} {}", answer.status, answer.code()))
+                .or_default() += 1;
+        }
+    }
+    result
 }

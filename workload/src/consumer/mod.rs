@@ -1,0 +1,495 @@
+//! `flashsale consumer`: persists a sale's accepted orders from Kafka to
+//! PostgreSQL, in batches, idempotently, with the database as final arbiter,
+//! committing offsets only after the database committed.
+//!
+//! Per batch: parse → claim each reservation in Redis (RESERVED → CLAIMED; a
+//! released one is dropped: the shopper was told no) → one transaction for
+//! the claimed orders → commit offsets. A batch the arbiter refuses is split
+//! until the offending orders are found; they become FAILED and their units go
+//! back to Redis. A message that can never be persisted goes to the sale's
+//! dead-letter topic, its units back to Redis.
+
+mod supervisor;
+mod sweeper;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::bus::message::OrderMessage;
+use crate::bus::{client_config, topics};
+use crate::domain::purchase::ReservationState;
+use crate::domain::sale::SaleConfig;
+use crate::metrics::{Metrics, SaleLabels};
+use crate::orders::order::{NewOrder, PersistError, Refusal, insert_failed, persist_batch};
+use crate::redis::store::{ClaimOutcome, SaleStore, StoreError};
+
+pub use supervisor::{Supervisor, run_all_sales};
+pub use sweeper::{return_to_redis, sweep_forever};
+
+/// How a consumer batches and retries.
+#[derive(Debug, Clone, Copy)]
+pub struct ConsumerSettings {
+    /// Most orders per transaction.
+    pub batch_size: usize,
+    /// How long to wait for a batch to fill once its first message arrived.
+    pub batch_linger: Duration,
+    /// Tries before a message whose data the database rejects is dead-lettered.
+    pub max_attempts: u32,
+}
+
+impl Default for ConsumerSettings {
+    fn default() -> Self {
+        Self {
+            batch_size: 500,
+            batch_linger: Duration::from_millis(20),
+            max_attempts: 5,
+        }
+    }
+}
+
+/// One sale's consumer: a member of the sale's consumer group.
+pub struct SaleConsumer {
+    config: SaleConfig,
+    consumer: StreamConsumer,
+    dead_letters: FutureProducer,
+    db: PgPool,
+    store: SaleStore,
+    settings: ConsumerSettings,
+    metrics: Arc<Metrics>,
+    labels: SaleLabels,
+}
+
+/// A message and what the batch made of it so far.
+struct Item {
+    message: OwnedMessage,
+    state: ItemState,
+}
+
+enum ItemState {
+    /// To be claimed and persisted.
+    Pending(OrderMessage),
+    /// Can never be persisted: to be dead-lettered for this reason.
+    Poison(&'static str),
+    /// Persisted, dropped or dead-lettered.
+    Done,
+}
+
+impl Item {
+    fn pending(&self) -> Option<&OrderMessage> {
+        match &self.state {
+            ItemState::Pending(order) => Some(order),
+            _ => None,
+        }
+    }
+}
+
+/// What to do with a message that will not be persisted.
+enum Verdict {
+    /// Its reservation was released: the shopper was told no.
+    Drop,
+    /// Nothing in Redis to give back.
+    DeadLetter(&'static str),
+    /// We claimed its reservation: give the units back too.
+    DeadLetterAndRelease(&'static str),
+}
+
+/// Backoff for transient failures: 100 ms doubling to 5 s.
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis(100u64.saturating_mul(1 << attempt.min(6))).min(Duration::from_secs(5))
+}
+
+/// A database error caused by the data (a constraint, a bad value): the same
+/// orders would fail again. Anything else (connection, timeout) is transient.
+fn is_data_error(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db)
+        if db.code().is_some_and(|c| c.starts_with("22") || c.starts_with("23")))
+}
+
+impl SaleConsumer {
+    /// Joins the sale's consumer group on `bootstrap`.
+    pub fn new(
+        bootstrap: &str,
+        config: SaleConfig,
+        db: PgPool,
+        store: SaleStore,
+        settings: ConsumerSettings,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, rdkafka::error::KafkaError> {
+        let consumer: StreamConsumer = client_config(bootstrap)
+            .set("group.id", topics::consumer_group(&config.sale))
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("partition.assignment.strategy", "cooperative-sticky")
+            .create()?;
+        consumer.subscribe(&[&topics::orders_topic(&config.sale)])?;
+        let dead_letters = client_config(bootstrap)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .create()?;
+        let labels = SaleLabels {
+            sale: config.sale.to_string(),
+        };
+        Ok(Self {
+            config,
+            consumer,
+            dead_letters,
+            db,
+            store,
+            settings,
+            metrics,
+            labels,
+        })
+    }
+
+    /// Consumes until `stop` is cancelled; the batch in hand is finished first.
+    pub async fn run(&self, stop: CancellationToken) {
+        tracing::info!(sale = %self.config.sale, "consumer started");
+        while let Some(batch) = self.next_batch(&stop).await {
+            if !self.process(batch, &stop).await {
+                break;
+            }
+        }
+        tracing::info!(sale = %self.config.sale, "consumer stopped");
+    }
+
+    /// Waits for a first message, then gathers up to `batch_size` for at most
+    /// `batch_linger`. `None` once stopped.
+    async fn next_batch(&self, stop: &CancellationToken) -> Option<Vec<OwnedMessage>> {
+        let first = loop {
+            tokio::select! {
+                () = stop.cancelled() => return None,
+                received = self.consumer.recv() => match received {
+                    Ok(m) => break m.detach(),
+                    Err(e) => {
+                        tracing::warn!(sale = %self.config.sale, error = %e, "kafka receive failed");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                },
+            }
+        };
+        let mut batch = vec![first];
+        let deadline = tokio::time::Instant::now() + self.settings.batch_linger;
+        while batch.len() < self.settings.batch_size {
+            match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
+                Ok(Ok(m)) => batch.push(m.detach()),
+                Ok(Err(e)) => {
+                    tracing::warn!(sale = %self.config.sale, error = %e, "kafka receive failed");
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        Some(batch)
+    }
+
+    /// Persists a batch and commits its offsets. Transient failures are
+    /// retried (with backoff) until they pass or the consumer is stopped;
+    /// returns false when stopped before the batch was done.
+    async fn process(&self, batch: Vec<OwnedMessage>, stop: &CancellationToken) -> bool {
+        let mut items: Vec<Item> = batch
+            .into_iter()
+            .map(|message| {
+                let state = match message.payload().map(OrderMessage::from_payload) {
+                    // A wrong sale id under our name is checked once claimed.
+                    Some(Ok(order)) if order.sale == self.config.sale => ItemState::Pending(order),
+                    Some(Ok(_)) => ItemState::Poison("message of another sale"),
+                    _ => ItemState::Poison("unparseable order message"),
+                };
+                Item { message, state }
+            })
+            .collect();
+        let mut attempt = 0;
+        loop {
+            match self.persist_items(&mut items).await {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::warn!(sale = %self.config.sale, error = %e, attempt, "batch failed; retrying");
+                    attempt += 1;
+                    tokio::select! {
+                        () = stop.cancelled() => return false,
+                        () = tokio::time::sleep(backoff(attempt)) => {}
+                    }
+                }
+            }
+        }
+        self.commit(&items);
+        true
+    }
+
+    /// One pass over the batch: items end `Done` as they settle; an `Err`
+    /// leaves the others for a retry.
+    async fn persist_items(&self, items: &mut [Item]) -> Result<(), BatchError> {
+        for item in items.iter_mut() {
+            if let ItemState::Poison(reason) = item.state {
+                self.dead_letter(&item.message, reason).await?;
+                item.state = ItemState::Done;
+            }
+        }
+        let pending: Vec<&OrderMessage> = items.iter().filter_map(Item::pending).collect();
+        let claims = futures::future::join_all(pending.iter().map(|o| async move {
+            self.store
+                .claim(&self.config.sale, o.shard, &o.order_id.to_string())
+                .await
+        }))
+        .await;
+        let mut to_persist = Vec::new();
+        let mut verdicts: HashMap<uuid::Uuid, Verdict> = HashMap::new();
+        for (order, claim) in pending.into_iter().zip(claims) {
+            let verdict = match claim? {
+                ClaimOutcome::Claimed { .. } if order.sale_id != self.config.id => {
+                    Verdict::DeadLetterAndRelease("message of an earlier sale of the same name")
+                }
+                ClaimOutcome::Claimed { quantity, shopper }
+                    if quantity == order.quantity && shopper == order.shopper =>
+                {
+                    to_persist.push(NewOrder {
+                        id: order.order_id,
+                        shopper: order.shopper.clone(),
+                        quantity: order.quantity,
+                        shard: order.shard,
+                        accepted_at: DateTime::<Utc>::from_timestamp_millis(order.accepted_at_ms)
+                            .unwrap_or_else(Utc::now),
+                    });
+                    continue;
+                }
+                ClaimOutcome::Claimed { .. } => {
+                    Verdict::DeadLetterAndRelease("message disagrees with its reservation")
+                }
+                ClaimOutcome::Missing => Verdict::DeadLetter("no reservation for this order"),
+                // The shopper was told no: the order must never exist (I4).
+                ClaimOutcome::Released => Verdict::Drop,
+            };
+            verdicts.insert(order.order_id, verdict);
+        }
+        for item in items.iter_mut() {
+            let Some((order, verdict)) = item
+                .pending()
+                .and_then(|o| Some((o, verdicts.get(&o.order_id)?)))
+            else {
+                continue;
+            };
+            match verdict {
+                Verdict::Drop => {
+                    tracing::info!(order = %order.order_id, "dropping an order whose reservation was released")
+                }
+                Verdict::DeadLetter(reason) => self.dead_letter(&item.message, reason).await?,
+                Verdict::DeadLetterAndRelease(reason) => {
+                    self.dead_letter(&item.message, reason).await?;
+                    self.store
+                        .release(
+                            &self.config.sale,
+                            order.shard,
+                            &order.order_id.to_string(),
+                            ReservationState::Claimed,
+                            0,
+                        )
+                        .await?;
+                }
+            }
+            item.state = ItemState::Done;
+        }
+        self.persist_splitting(to_persist, items).await
+    }
+
+    /// Persists `orders`, splitting any group the database refuses until the
+    /// offending orders stand alone; those become FAILED (arbiter) or are
+    /// dead-lettered after `max_attempts` (data errors), their units released.
+    async fn persist_splitting(
+        &self,
+        orders: Vec<NewOrder>,
+        items: &mut [Item],
+    ) -> Result<(), BatchError> {
+        let mut stack = vec![orders];
+        let mut attempts: HashMap<uuid::Uuid, u32> = HashMap::new();
+        while let Some(group) = stack.pop() {
+            if group.is_empty() {
+                continue;
+            }
+            let started = std::time::Instant::now();
+            let mut tx = self.db.begin().await?;
+            match persist_batch(&mut tx, self.config.id, &group).await {
+                Ok(persisted) => {
+                    tx.commit().await?;
+                    self.metrics
+                        .persist_seconds
+                        .observe(started.elapsed().as_secs_f64());
+                    self.metrics.batch_size.observe(group.len() as f64);
+                    self.metrics
+                        .orders_persisted
+                        .get_or_create(&self.labels)
+                        .inc_by(persisted.inserted.len() as u64);
+                    settle(items, &group);
+                }
+                Err(PersistError::Refused(refusal)) if group.len() == 1 => {
+                    drop(tx);
+                    let reason = match refusal {
+                        Refusal::StockExhausted => "the sale has no stock left in the database",
+                        Refusal::LimitExceeded => {
+                            "the shopper's purchase limit is reached in the database"
+                        }
+                    };
+                    self.fail(&group[0], reason).await?;
+                    settle(items, &group);
+                }
+                Err(PersistError::Db(e)) if is_data_error(&e) && group.len() == 1 => {
+                    drop(tx);
+                    let tries = attempts.entry(group[0].id).or_default();
+                    *tries += 1;
+                    if *tries < self.settings.max_attempts {
+                        stack.push(group);
+                        continue;
+                    }
+                    tracing::warn!(order = %group[0].id, error = %e, "dead-lettering an order the database keeps rejecting");
+                    let message = items
+                        .iter()
+                        .find(|i| i.pending().is_some_and(|o| o.order_id == group[0].id))
+                        .map(|i| i.message.clone());
+                    if let Some(message) = message {
+                        self.dead_letter(&message, &format!("database rejects it: {e}"))
+                            .await?;
+                    }
+                    self.release(&group[0]).await?;
+                    settle(items, &group);
+                }
+                Err(PersistError::Refused(_)) => {
+                    drop(tx);
+                    let mut left = group;
+                    let right = left.split_off(left.len() / 2);
+                    stack.push(right);
+                    stack.push(left);
+                }
+                Err(PersistError::Db(e)) if is_data_error(&e) => {
+                    drop(tx);
+                    let mut left = group;
+                    let right = left.split_off(left.len() / 2);
+                    stack.push(right);
+                    stack.push(left);
+                }
+                Err(PersistError::Db(e)) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Records the order as FAILED and gives its units back to Redis.
+    async fn fail(&self, order: &NewOrder, reason: &str) -> Result<(), BatchError> {
+        insert_failed(&self.db, self.config.id, order, reason).await?;
+        tracing::warn!(order = %order.id, reason, "order failed in the database");
+        self.release(order).await
+    }
+
+    async fn release(&self, order: &NewOrder) -> Result<(), BatchError> {
+        self.store
+            .release(
+                &self.config.sale,
+                order.shard,
+                &order.id.to_string(),
+                ReservationState::Claimed,
+                0,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Sends the message to the sale's dead-letter topic with the reason and
+    /// its origin in headers; waits for the broker's acknowledgement.
+    async fn dead_letter(&self, message: &OwnedMessage, reason: &str) -> Result<(), BatchError> {
+        let topic = topics::dead_letter_topic(&self.config.sale);
+        let origin = format!(
+            "{}/{}/{}",
+            message.topic(),
+            message.partition(),
+            message.offset()
+        );
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "flashsale-reason",
+                value: Some(reason),
+            })
+            .insert(Header {
+                key: "flashsale-origin",
+                value: Some(&origin),
+            });
+        let mut record = FutureRecord::to(&topic).headers(headers);
+        if let Some(key) = message.key() {
+            record = record.key(key);
+        }
+        if let Some(payload) = message.payload() {
+            record = record.payload(payload);
+        }
+        self.dead_letters
+            .send(record, Duration::from_secs(10))
+            .await
+            .map_err(|(e, _)| BatchError::Kafka(e))?;
+        self.metrics.dead_lettered.get_or_create(&self.labels).inc();
+        tracing::warn!(sale = %self.config.sale, origin, reason, "message dead-lettered");
+        Ok(())
+    }
+
+    /// Commits, per partition, the offset after the batch's last message.
+    fn commit(&self, items: &[Item]) {
+        let mut next: HashMap<(String, i32), i64> = HashMap::new();
+        for item in items {
+            let key = (item.message.topic().to_string(), item.message.partition());
+            let offset = next.entry(key).or_insert(0);
+            *offset = (*offset).max(item.message.offset() + 1);
+        }
+        let mut tpl = TopicPartitionList::new();
+        for ((topic, partition), offset) in next {
+            if let Err(e) = tpl.add_partition_offset(&topic, partition, Offset::Offset(offset)) {
+                tracing::warn!(error = %e, "cannot build the offset commit");
+            }
+        }
+        // Asynchronous: a commit lost to a crash only means a redelivery,
+        // which changes nothing.
+        if let Err(e) = self.consumer.commit(&tpl, CommitMode::Async) {
+            tracing::warn!(sale = %self.config.sale, error = %e, "offset commit failed; the batch will be redelivered");
+        }
+    }
+}
+
+/// Marks the messages of `orders` as done.
+fn settle(items: &mut [Item], orders: &[NewOrder]) {
+    for item in items.iter_mut() {
+        if item
+            .pending()
+            .is_some_and(|o| orders.iter().any(|n| n.id == o.order_id))
+        {
+            item.state = ItemState::Done;
+        }
+    }
+}
+
+/// A batch step that failed transiently.
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    /// PostgreSQL.
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    /// Redis.
+    #[error("redis: {0}")]
+    Redis(#[from] StoreError),
+    /// The dead-letter produce.
+    #[error("kafka: {0}")]
+    Kafka(rdkafka::error::KafkaError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_then_caps() {
+        let ms: Vec<u128> = (0..9).map(|a| backoff(a).as_millis()).collect();
+        assert_eq!(ms, vec![100, 200, 400, 800, 1600, 3200, 5000, 5000, 5000]);
+    }
+}

@@ -1,0 +1,111 @@
+//! Runs the consumers of a process: one sale's (`--sale`), or every current
+//! sale's (`--all-sales`, the local stand-in for the operator's per-sale
+//! consumer Deployments), each in its sale's own consumer group.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::{ConsumerSettings, SaleConsumer};
+use crate::domain::sale::SaleConfig;
+use crate::metrics::Metrics;
+use crate::redis::store::SaleStore;
+
+/// How often the set of sales is re-read.
+const DISCOVER_EVERY: Duration = Duration::from_secs(2);
+
+/// Shared by every consumer of the process.
+#[derive(Clone)]
+pub struct Supervisor {
+    /// Kafka bootstrap servers.
+    pub bootstrap: String,
+    /// PostgreSQL.
+    pub db: PgPool,
+    /// Redis.
+    pub store: SaleStore,
+    /// Batching.
+    pub settings: ConsumerSettings,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+impl Supervisor {
+    fn spawn(&self, config: SaleConfig, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let sale = config.sale.clone();
+            match SaleConsumer::new(
+                &this.bootstrap,
+                config,
+                this.db.clone(),
+                this.store.clone(),
+                this.settings,
+                this.metrics.clone(),
+            ) {
+                Ok(consumer) => consumer.run(stop).await,
+                Err(e) => tracing::error!(%sale, error = %e, "cannot start the consumer"),
+            }
+        })
+    }
+
+    /// Consumes `find`'s sale until `stop`: waits for its row to exist first.
+    pub async fn run_one(
+        &self,
+        find: impl AsyncFn() -> anyhow::Result<Option<SaleConfig>>,
+        stop: CancellationToken,
+    ) {
+        loop {
+            match find().await {
+                Ok(Some(config)) => {
+                    let _ = self.spawn(config, stop).await;
+                    return;
+                }
+                Ok(None) => tracing::info!("waiting for the sale's row to appear"),
+                Err(e) => tracing::warn!(error = %e, "cannot read the sale; retrying"),
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(DISCOVER_EVERY) => {}
+            }
+        }
+    }
+}
+
+/// Runs a consumer for every current sale, starting and stopping them as sales
+/// appear and disappear, until `stop`.
+pub async fn run_all_sales(supervisor: Supervisor, stop: CancellationToken) {
+    let mut running: HashMap<Uuid, (CancellationToken, tokio::task::JoinHandle<()>)> =
+        HashMap::new();
+    loop {
+        match crate::orders::sales::list_all_current(&supervisor.db).await {
+            Ok(sales) => {
+                let current: Vec<Uuid> = sales.iter().map(|s| s.id).collect();
+                running.retain(|id, (token, _)| {
+                    let keep = current.contains(id);
+                    if !keep {
+                        token.cancel();
+                    }
+                    keep
+                });
+                for config in sales {
+                    running.entry(config.id).or_insert_with(|| {
+                        let token = stop.child_token();
+                        (token.clone(), supervisor.spawn(config, token))
+                    });
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot list sales; retrying"),
+        }
+        tokio::select! {
+            () = stop.cancelled() => break,
+            () = tokio::time::sleep(DISCOVER_EVERY) => {}
+        }
+    }
+    for (_, (_, handle)) in running {
+        let _ = handle.await;
+    }
+}

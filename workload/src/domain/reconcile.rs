@@ -1,0 +1,771 @@
+//! Reconciliation, the pure part: from one observation of Redis, PostgreSQL
+//! and Kafka, what differs and how to repair it toward the database.
+//!
+//! The database is the truth for orders and shoppers' units; Redis must hold
+//! exactly the stock the database has not sold and that no order in flight
+//! holds. Repairs that depend on nothing being in flight (abandoned
+//! reservations, unit counts, the stock total) are planned only once the
+//! sale's topic is drained; the job confirms them with a second observation
+//! before applying them, so a purchase or a cancellation racing the
+//! observation is never mistaken for drift.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use serde::Serialize;
+
+use super::order::OrderStatus;
+use super::purchase::{Reservation, ReservationState};
+use super::shard::home_shard;
+
+/// A transfer record in a donor shard: `<to>:<amount>:<created_ms>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransferOut {
+    /// The receiving shard.
+    pub to: u32,
+    /// Units taken out.
+    pub amount: i64,
+    /// When, Unix ms (Redis clock).
+    pub created_ms: i64,
+}
+
+impl TransferOut {
+    /// Parses a record as `lua/transfer_out.lua` writes it.
+    pub fn parse(record: &str) -> Option<Self> {
+        let mut parts = record.split(':');
+        let t = Self {
+            to: parts.next()?.parse().ok()?,
+            amount: parts.next()?.parse().ok()?,
+            created_ms: parts.next()?.parse().ok()?,
+        };
+        parts.next().is_none().then_some(t)
+    }
+}
+
+/// A credit record in a receiving shard: `<amount>:<credited_ms>`; returns the
+/// credit time.
+pub fn parse_transfer_in(record: &str) -> Option<i64> {
+    let (_, credited) = record.split_once(':')?;
+    credited.parse().ok()
+}
+
+/// One shard, read atomically.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShardSnapshot {
+    /// Units left.
+    pub stock: i64,
+    /// Units per shopper homed here.
+    pub units: BTreeMap<String, i64>,
+    /// Reservations by order id.
+    pub reservations: BTreeMap<String, Reservation>,
+    /// Transfers taken out of this shard.
+    pub transfers_out: BTreeMap<String, TransferOut>,
+    /// Transfers credited here, with the credit time.
+    pub transfers_in: BTreeMap<String, i64>,
+}
+
+/// A persisted order, as reconciliation needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DbOrder {
+    /// The buyer.
+    pub shopper: String,
+    /// Units.
+    pub quantity: i64,
+    /// Its status.
+    pub status: OrderStatus,
+    /// Its reservation's shard.
+    pub shard: u32,
+    /// When the API accepted it, Unix ms.
+    pub accepted_ms: i64,
+}
+
+/// The database side.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DbSnapshot {
+    /// Units for sale.
+    pub stock: i64,
+    /// Units in live orders.
+    pub sold: i64,
+    /// Every order of the sale, by id.
+    pub orders: BTreeMap<String, DbOrder>,
+    /// Units per shopper in live orders.
+    pub shopper_units: BTreeMap<String, i64>,
+}
+
+/// Everything reconciliation looks at.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observation {
+    /// Each shard, in order.
+    pub shards: Vec<ShardSnapshot>,
+    /// The database, read before Redis.
+    pub db: DbSnapshot,
+    /// The sale's consumer group has no lag: no order is in flight.
+    pub drained: bool,
+    /// Redis time of the observation, Unix ms.
+    pub now_ms: i64,
+}
+
+/// Ages that make a record safe to touch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// A reservation younger than this may still have its message in flight
+    /// (at least the API's produce timeout).
+    pub reservation_min_age_ms: i64,
+    /// An uncredited transfer older than this was abandoned by its API process.
+    pub transfer_finish_age_ms: i64,
+    /// Completed transfer records older than this are pruned.
+    pub prune_age_ms: i64,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            reservation_min_age_ms: 30_000,
+            transfer_finish_age_ms: 40_000,
+            prune_age_ms: 120_000,
+        }
+    }
+}
+
+/// A change to Redis.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "camelCase")]
+pub enum Repair {
+    /// Credit an abandoned transfer to its receiving shard.
+    FinishTransfer {
+        /// Transfer id.
+        id: String,
+        /// Receiving shard.
+        to: u32,
+        /// Units.
+        amount: i64,
+        /// The transfer's creation time.
+        created_ms: i64,
+    },
+    /// Forget a transfer's records (donor first, then receiver).
+    PruneTransfer {
+        /// Transfer id.
+        id: String,
+        /// Donor shard, if its record still exists.
+        from: Option<u32>,
+        /// Receiving shard, if its record still exists.
+        to: Option<u32>,
+    },
+    /// Give a reservation's units back (it must still be in `expected`, and
+    /// at least `min_age_ms` old when the script runs).
+    Release {
+        /// Order id.
+        order_id: String,
+        /// Shard.
+        shard: u32,
+        /// `R` or `C`.
+        expected: char,
+        /// Age guard re-checked by the script.
+        min_age_ms: i64,
+    },
+    /// Recreate a lost reservation of a persisted order, as claimed.
+    RestoreReservation {
+        /// Order id.
+        order_id: String,
+        /// Shard.
+        shard: u32,
+        /// The record to write.
+        record: String,
+    },
+    /// Correct a shopper's unit count.
+    AdjustUnits {
+        /// Shard.
+        shard: u32,
+        /// Shopper.
+        shopper: String,
+        /// Units to add (negative to remove).
+        delta: i64,
+    },
+    /// Correct a shard's stock.
+    AdjustStock {
+        /// Shard.
+        shard: u32,
+        /// Units to add (negative to remove).
+        delta: i64,
+    },
+}
+
+/// Something reconciliation found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Finding {
+    /// PascalCase kind, e.g. `StockTotal`.
+    pub kind: &'static str,
+    /// What differs, for people.
+    pub detail: String,
+    /// Whether it is drift (false: housekeeping, such as pruning records).
+    pub drift: bool,
+    /// The repair.
+    pub repair: Repair,
+}
+
+fn letter(state: ReservationState) -> char {
+    match state {
+        ReservationState::Reserved => 'R',
+        ReservationState::Claimed => 'C',
+        ReservationState::Released => 'X',
+    }
+}
+
+/// What differs and how to repair it. Deterministic: same observation, same
+/// findings in the same order.
+pub fn plan(obs: &Observation, policy: &Policy) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    let shards = obs.shards.len() as u32;
+    let age = |ms: i64| obs.now_ms - ms;
+
+    // Transfers: finish abandoned ones, prune completed ones.
+    let credited: HashMap<&str, (u32, i64)> = obs
+        .shards
+        .iter()
+        .enumerate()
+        .flat_map(|(s, snap)| {
+            snap.transfers_in
+                .iter()
+                .map(move |(id, at)| (id.as_str(), (s as u32, *at)))
+        })
+        .collect();
+    let mut in_transit = 0;
+    let mut taken_out = HashSet::new();
+    for (from, snap) in obs.shards.iter().enumerate() {
+        for (id, out) in &snap.transfers_out {
+            taken_out.insert(id.as_str());
+            match credited.get(id.as_str()) {
+                None => {
+                    in_transit += out.amount;
+                    if age(out.created_ms) > policy.transfer_finish_age_ms {
+                        findings.push(Finding {
+                            kind: "TransferUnfinished",
+                            detail: format!(
+                                "{} units left shard {from} for shard {} and never arrived",
+                                out.amount, out.to
+                            ),
+                            drift: true,
+                            repair: Repair::FinishTransfer {
+                                id: id.clone(),
+                                to: out.to,
+                                amount: out.amount,
+                                created_ms: out.created_ms,
+                            },
+                        });
+                    }
+                }
+                Some((to, at))
+                    if age(out.created_ms) > policy.prune_age_ms
+                        && age(*at) > policy.prune_age_ms =>
+                {
+                    findings.push(Finding {
+                        kind: "TransferCompleted",
+                        detail: format!("transfer {id} done"),
+                        drift: false,
+                        repair: Repair::PruneTransfer {
+                            id: id.clone(),
+                            from: Some(from as u32),
+                            to: Some(*to),
+                        },
+                    });
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    for (id, (to, at)) in &credited {
+        if !taken_out.contains(id) && age(*at) > policy.prune_age_ms {
+            findings.push(Finding {
+                kind: "TransferCompleted",
+                detail: format!("transfer {id} done"),
+                drift: false,
+                repair: Repair::PruneTransfer {
+                    id: id.to_string(),
+                    from: None,
+                    to: Some(*to),
+                },
+            });
+        }
+    }
+
+    // Reservations against orders.
+    let mut pending_units = 0;
+    let mut released_units = 0;
+    let mut pending_by_shopper: HashMap<&str, i64> = HashMap::new();
+    let mut released_by_shopper: HashMap<&str, i64> = HashMap::new();
+    for (shard, snap) in obs.shards.iter().enumerate() {
+        let shard = shard as u32;
+        for (id, r) in &snap.reservations {
+            if r.state == ReservationState::Released {
+                continue;
+            }
+            let release = |kind, detail: String, min_age_ms| Finding {
+                kind,
+                detail,
+                drift: true,
+                repair: Repair::Release {
+                    order_id: id.clone(),
+                    shard,
+                    expected: letter(r.state),
+                    min_age_ms,
+                },
+            };
+            let finding = match obs.db.orders.get(id) {
+                Some(order) if order.status.holds_stock() => None,
+                Some(order) => Some(release(
+                    "ReservationOfEndedOrder",
+                    format!(
+                        "order {id} is {} but still holds {} units in Redis",
+                        order.status.as_str(),
+                        r.quantity
+                    ),
+                    0,
+                )),
+                None if obs.drained && age(r.created_ms) > policy.reservation_min_age_ms => {
+                    Some(release(
+                        if r.state == ReservationState::Reserved {
+                            "ReservationAbandoned"
+                        } else {
+                            "ClaimedNeverPersisted"
+                        },
+                        format!(
+                            "order {id} holds {} units but has no order and no message in flight",
+                            r.quantity
+                        ),
+                        policy.reservation_min_age_ms,
+                    ))
+                }
+                None => {
+                    pending_units += r.quantity;
+                    *pending_by_shopper.entry(&r.shopper).or_default() += r.quantity;
+                    None
+                }
+            };
+            if let Some(f) = finding {
+                released_units += r.quantity;
+                *released_by_shopper.entry(&r.shopper).or_default() += r.quantity;
+                findings.push(f);
+            }
+        }
+    }
+    for (id, order) in &obs.db.orders {
+        let present = obs
+            .shards
+            .get(order.shard as usize)
+            .is_some_and(|s| s.reservations.contains_key(id));
+        if order.status.holds_stock() && !present {
+            findings.push(Finding {
+                kind: "ReservationMissing",
+                detail: format!(
+                    "persisted order {id} has no reservation in shard {}",
+                    order.shard
+                ),
+                drift: true,
+                repair: Repair::RestoreReservation {
+                    order_id: id.clone(),
+                    shard: order.shard,
+                    record: format!(
+                        "C:{}:{}:{}",
+                        order.quantity, order.accepted_ms, order.shopper
+                    ),
+                },
+            });
+        }
+    }
+    if !obs.drained {
+        return findings;
+    }
+
+    // Shoppers' units: the database's count plus what is pending, in the
+    // shopper's home shard (after the releases above).
+    for (shard, snap) in obs.shards.iter().enumerate() {
+        let shard = shard as u32;
+        let homed_here = |s: &&str| home_shard(s, shards) == shard;
+        let mut shoppers: BTreeSet<&str> = snap.units.keys().map(String::as_str).collect();
+        shoppers.extend(
+            obs.db
+                .shopper_units
+                .keys()
+                .map(String::as_str)
+                .filter(homed_here),
+        );
+        shoppers.extend(pending_by_shopper.keys().copied().filter(homed_here));
+        for shopper in shoppers {
+            let redis = snap.units.get(shopper).copied().unwrap_or_default()
+                - released_by_shopper
+                    .get(shopper)
+                    .copied()
+                    .unwrap_or_default();
+            let expected = obs
+                .db
+                .shopper_units
+                .get(shopper)
+                .copied()
+                .unwrap_or_default()
+                + pending_by_shopper.get(shopper).copied().unwrap_or_default();
+            if redis != expected {
+                findings.push(Finding {
+                    kind: "ShopperUnits",
+                    detail: format!(
+                        "shopper {shopper} holds {redis} units in Redis, {expected} by the database"
+                    ),
+                    drift: true,
+                    repair: Repair::AdjustUnits {
+                        shard,
+                        shopper: shopper.to_string(),
+                        delta: expected - redis,
+                    },
+                });
+            }
+        }
+    }
+
+    // The stock total: what Redis can still sell must be what the database
+    // has not sold and no pending order holds.
+    let stocks: Vec<i64> = obs.shards.iter().map(|s| s.stock).collect();
+    let redis_available = stocks.iter().sum::<i64>() + in_transit + released_units;
+    let expected_available = obs.db.stock - obs.db.sold - pending_units;
+    let delta = expected_available - redis_available;
+    if delta != 0 {
+        for (shard, part) in distribute(delta, &stocks) {
+            findings.push(Finding {
+                kind: "StockTotal",
+                detail: format!(
+                    "Redis can sell {redis_available} units, the database says {expected_available}"
+                ),
+                drift: true,
+                repair: Repair::AdjustStock { shard, delta: part },
+            });
+        }
+    }
+    findings
+}
+
+/// Splits a stock correction over shards: units added go to the emptiest
+/// shard; units removed come from the fullest shards first (a shard may go
+/// negative only when Redis holds less than must be removed).
+pub fn distribute(delta: i64, stocks: &[i64]) -> Vec<(u32, i64)> {
+    if delta == 0 || stocks.is_empty() {
+        return Vec::new();
+    }
+    let mut order: Vec<usize> = (0..stocks.len()).collect();
+    if delta > 0 {
+        order.sort_by_key(|&s| (stocks[s], s));
+        return vec![(order[0] as u32, delta)];
+    }
+    order.sort_by_key(|&s| (std::cmp::Reverse(stocks[s]), s));
+    let mut left = -delta;
+    let mut parts = Vec::new();
+    for &s in &order {
+        let take = left.min(stocks[s].max(0));
+        if take > 0 {
+            parts.push((s as u32, -take));
+            left -= take;
+        }
+    }
+    if left > 0 {
+        match parts.first_mut() {
+            Some(first) => first.1 -= left,
+            None => parts.push((order[0] as u32, -left)),
+        }
+    }
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_000_000;
+    const OLD: i64 = NOW - 600_000;
+    const YOUNG: i64 = NOW - 1_000;
+
+    fn reservation(
+        state: ReservationState,
+        quantity: i64,
+        created_ms: i64,
+        shopper: &str,
+    ) -> Reservation {
+        Reservation {
+            state,
+            quantity,
+            created_ms,
+            shopper: shopper.into(),
+        }
+    }
+
+    /// Two shards, stock 10: alice (home shard of "alice" among 2) holds a
+    /// persisted order of 2; bob holds a pending reservation of 1.
+    fn consistent() -> Observation {
+        let alice_home = home_shard("alice", 2) as usize;
+        let bob_home = home_shard("bob", 2) as usize;
+        let mut shards = vec![ShardSnapshot::default(), ShardSnapshot::default()];
+        shards[0].stock = 4;
+        shards[1].stock = 3;
+        shards[alice_home].units.insert("alice".into(), 2);
+        shards[alice_home].reservations.insert(
+            "o-alice".into(),
+            reservation(ReservationState::Claimed, 2, OLD, "alice"),
+        );
+        *shards[bob_home].units.entry("bob".into()).or_default() += 1;
+        shards[bob_home].reservations.insert(
+            "o-bob".into(),
+            reservation(ReservationState::Reserved, 1, YOUNG, "bob"),
+        );
+        let mut db = DbSnapshot {
+            stock: 10,
+            sold: 2,
+            ..Default::default()
+        };
+        db.orders.insert(
+            "o-alice".into(),
+            DbOrder {
+                shopper: "alice".into(),
+                quantity: 2,
+                status: OrderStatus::Unpaid,
+                shard: alice_home as u32,
+                accepted_ms: OLD,
+            },
+        );
+        db.shopper_units.insert("alice".into(), 2);
+        Observation {
+            shards,
+            db,
+            drained: true,
+            now_ms: NOW,
+        }
+    }
+
+    fn kinds(findings: &[Finding]) -> Vec<&'static str> {
+        findings.iter().map(|f| f.kind).collect()
+    }
+
+    #[test]
+    fn a_consistent_sale_has_no_findings() {
+        assert_eq!(plan(&consistent(), &Policy::default()), vec![]);
+    }
+
+    #[test]
+    fn an_abandoned_reservation_is_released_once_drained_and_old() {
+        let bob_home = home_shard("bob", 2) as usize;
+        let mut obs = consistent();
+        obs.shards[bob_home]
+            .reservations
+            .get_mut("o-bob")
+            .unwrap()
+            .created_ms = OLD;
+        let findings = plan(&obs, &Policy::default());
+        assert_eq!(
+            kinds(&findings),
+            vec!["ReservationAbandoned"],
+            "{findings:?}"
+        );
+        assert_eq!(
+            findings[0].repair,
+            Repair::Release {
+                order_id: "o-bob".into(),
+                shard: bob_home as u32,
+                expected: 'R',
+                min_age_ms: Policy::default().reservation_min_age_ms
+            }
+        );
+        // Not drained: a message may still be on its way.
+        obs.drained = false;
+        assert_eq!(plan(&obs, &Policy::default()), vec![]);
+    }
+
+    #[test]
+    fn a_claimed_reservation_never_persisted_is_released() {
+        let bob_home = home_shard("bob", 2) as usize;
+        let mut obs = consistent();
+        let r = obs.shards[bob_home].reservations.get_mut("o-bob").unwrap();
+        r.state = ReservationState::Claimed;
+        r.created_ms = OLD;
+        assert_eq!(
+            kinds(&plan(&obs, &Policy::default())),
+            vec!["ClaimedNeverPersisted"]
+        );
+    }
+
+    #[test]
+    fn a_cancelled_order_still_holding_units_is_released() {
+        let alice_home = home_shard("alice", 2);
+        let mut obs = consistent();
+        // The database cancelled it (sold and units back), Redis did not hear.
+        obs.db.orders.get_mut("o-alice").unwrap().status = OrderStatus::Cancelled;
+        obs.db.sold = 0;
+        obs.db.shopper_units.insert("alice".into(), 0);
+        let findings = plan(&obs, &Policy::default());
+        assert_eq!(
+            kinds(&findings),
+            vec!["ReservationOfEndedOrder"],
+            "{findings:?}"
+        );
+        assert_eq!(
+            findings[0].repair,
+            Repair::Release {
+                order_id: "o-alice".into(),
+                shard: alice_home,
+                expected: 'C',
+                min_age_ms: 0
+            }
+        );
+    }
+
+    #[test]
+    fn a_deleted_reservation_of_a_persisted_order_is_restored() {
+        let alice_home = home_shard("alice", 2) as usize;
+        let mut obs = consistent();
+        obs.shards[alice_home].reservations.remove("o-alice");
+        let findings = plan(&obs, &Policy::default());
+        assert_eq!(kinds(&findings), vec!["ReservationMissing"]);
+        assert_eq!(
+            findings[0].repair,
+            Repair::RestoreReservation {
+                order_id: "o-alice".into(),
+                shard: alice_home as u32,
+                record: format!("C:2:{OLD}:alice"),
+            }
+        );
+    }
+
+    #[test]
+    fn extra_units_on_a_shopper_are_taken_away() {
+        let alice_home = home_shard("alice", 2) as usize;
+        let mut obs = consistent();
+        *obs.shards[alice_home].units.get_mut("alice").unwrap() += 3;
+        let findings = plan(&obs, &Policy::default());
+        assert_eq!(kinds(&findings), vec!["ShopperUnits"]);
+        assert_eq!(
+            findings[0].repair,
+            Repair::AdjustUnits {
+                shard: alice_home as u32,
+                shopper: "alice".into(),
+                delta: -3
+            }
+        );
+    }
+
+    #[test]
+    fn a_shard_off_by_seven_is_corrected() {
+        let mut obs = consistent();
+        obs.shards[1].stock += 7;
+        let findings = plan(&obs, &Policy::default());
+        assert_eq!(kinds(&findings), vec!["StockTotal"]);
+        assert_eq!(
+            findings[0].repair,
+            Repair::AdjustStock {
+                shard: 1,
+                delta: -7
+            }
+        );
+        obs.shards[1].stock -= 14;
+        let findings = plan(&obs, &Policy::default());
+        assert_eq!(
+            findings[0].repair,
+            Repair::AdjustStock { shard: 1, delta: 7 }
+        );
+    }
+
+    #[test]
+    fn transfers_in_flight_count_and_abandoned_ones_are_finished() {
+        let mut obs = consistent();
+        // 2 units left shard 0 for shard 1 and were not credited yet.
+        obs.shards[0].stock -= 2;
+        obs.shards[0].transfers_out.insert(
+            "t1".into(),
+            TransferOut {
+                to: 1,
+                amount: 2,
+                created_ms: YOUNG,
+            },
+        );
+        assert_eq!(
+            plan(&obs, &Policy::default()),
+            vec![],
+            "young: in flight, no drift"
+        );
+        obs.shards[0]
+            .transfers_out
+            .get_mut("t1")
+            .unwrap()
+            .created_ms = OLD;
+        let findings = plan(&obs, &Policy::default());
+        assert_eq!(kinds(&findings), vec!["TransferUnfinished"]);
+        assert_eq!(
+            findings[0].repair,
+            Repair::FinishTransfer {
+                id: "t1".into(),
+                to: 1,
+                amount: 2,
+                created_ms: OLD
+            }
+        );
+    }
+
+    #[test]
+    fn completed_transfers_are_pruned_as_housekeeping() {
+        let mut obs = consistent();
+        obs.shards[0].transfers_out.insert(
+            "t1".into(),
+            TransferOut {
+                to: 1,
+                amount: 2,
+                created_ms: OLD,
+            },
+        );
+        obs.shards[1].transfers_in.insert("t1".into(), OLD);
+        obs.shards[1].transfers_in.insert("t2".into(), OLD);
+        let findings = plan(&obs, &Policy::default());
+        assert_eq!(
+            kinds(&findings),
+            vec!["TransferCompleted", "TransferCompleted"]
+        );
+        assert!(findings.iter().all(|f| !f.drift));
+        assert_eq!(
+            findings[0].repair,
+            Repair::PruneTransfer {
+                id: "t1".into(),
+                from: Some(0),
+                to: Some(1)
+            }
+        );
+    }
+
+    #[test]
+    fn transfer_records_parse() {
+        assert_eq!(
+            TransferOut::parse("3:5:1700"),
+            Some(TransferOut {
+                to: 3,
+                amount: 5,
+                created_ms: 1700
+            })
+        );
+        assert_eq!(TransferOut::parse("3:5"), None);
+        assert_eq!(TransferOut::parse("3:5:1700:9"), None);
+        assert_eq!(parse_transfer_in("5:1800"), Some(1800));
+        assert_eq!(parse_transfer_in("5"), None);
+    }
+
+    #[test]
+    fn distribute_table() {
+        type Case = (i64, &'static [i64], Vec<(u32, i64)>);
+        let cases: [Case; 7] = [
+            (0, &[1, 2], vec![]),
+            (5, &[3, 1, 2], vec![(1, 5)]),
+            (-2, &[3, 1, 2], vec![(0, -2)]),
+            (-5, &[3, 1, 2], vec![(0, -3), (2, -2)]),
+            (-7, &[3, 1, 2], vec![(0, -4), (2, -2), (1, -1)]),
+            (-4, &[0, 0], vec![(0, -4)]),
+            (3, &[], vec![]),
+        ];
+        for (delta, stocks, expected) in cases {
+            let parts = distribute(delta, stocks);
+            assert_eq!(parts, expected, "{delta} over {stocks:?}");
+            if !stocks.is_empty() {
+                assert_eq!(parts.iter().map(|p| p.1).sum::<i64>(), delta);
+            }
+        }
+    }
+}
