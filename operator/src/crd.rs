@@ -326,6 +326,12 @@ pub struct ConsumersStatus {
     /// When replicas last changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_scale_time: Option<Time>,
+    /// Since when the lag has asked for fewer replicas (scale-down stabilization).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub low_since: Option<Time>,
+    /// Backpressure on: purchases answer BUSY.
+    #[serde(default)]
+    pub busy: bool,
 }
 
 /// Summary of the last reconciliation job.

@@ -1,3 +1,16 @@
 //! The FlashSale operator: runs each `FlashSale` from warm-up to cleanup.
+//!
+//! Reconcile runs in fixed steps: observe (the resource, what it owns, Redis,
+//! PostgreSQL, Kafka) → plan (pure: [`plan`], [`scaling`], [`conditions`]) →
+//! apply (idempotent; server-side apply with one field manager) → status.
 
+pub mod apply;
+pub mod conditions;
+pub mod context;
+pub mod controller;
 pub mod crd;
+pub mod metrics;
+pub mod observe;
+pub mod plan;
+pub mod resources;
+pub mod scaling;

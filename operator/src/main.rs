@@ -1,5 +1,258 @@
-//! `flashsale-operator`: runs each FlashSale's life.
-fn main() {
-    eprintln!("flashsale-operator: the reconcile loop arrives with the operator issue");
-    std::process::exit(2);
+//! `flashsale-operator`: runs each FlashSale's life, as the leader of its
+//! replicas (a Lease), serving /metrics, /healthz and /readyz.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use flashsale_operator::context::Context;
+use flashsale_operator::controller;
+use flashsale_operator::crd::FlashSale;
+use flashsale_operator::metrics::Metrics;
+use flashsale_operator::resources::WorkloadSettings;
+use flashsale_workload::bus::admin::Admin;
+use flashsale_workload::redis::store::SaleStore;
+use flashsale_workload::redis::{RedisConn, RedisTarget};
+use kube::api::ListParams;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::{Api, Client};
+use kube_lease_manager::LeaseManagerBuilder;
+use tokio::sync::watch;
+
+/// Runs FlashSales: warm-up, the kill switch, consumer scaling,
+/// reconciliation and cleanup Jobs, status conditions and events.
+#[derive(Parser)]
+#[command(name = "flashsale-operator", version, about)]
+struct Args {
+    /// Watch FlashSales of this namespace only (default: all namespaces).
+    #[arg(long, env = "FLASHSALE_WATCH_NAMESPACE")]
+    watch_namespace: Option<String>,
+    /// Redis, as the operator reaches it: redis://host:port or redis-cluster://h:p,h:p
+    #[arg(long, env = "FLASHSALE_REDIS")]
+    redis: String,
+    /// PostgreSQL, as the operator reaches it.
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: String,
+    /// Kafka bootstrap servers, as the operator reaches them.
+    #[arg(long, env = "KAFKA_BOOTSTRAP")]
+    kafka: String,
+    /// Redis as the sale's pods reach it (default: --redis).
+    #[arg(long, env = "FLASHSALE_POD_REDIS")]
+    pod_redis: Option<String>,
+    /// PostgreSQL as the sale's pods reach it (default: --database-url).
+    #[arg(long, env = "FLASHSALE_POD_DATABASE_URL")]
+    pod_database_url: Option<String>,
+    /// Kafka as the sale's pods reach it (default: --kafka).
+    #[arg(long, env = "FLASHSALE_POD_KAFKA")]
+    pod_kafka: Option<String>,
+    /// The workload image the consumer Deployments and Jobs run.
+    #[arg(long, env = "FLASHSALE_WORKLOAD_IMAGE", default_value = concat!("docker.io/flashsale/flashsale:", env!("CARGO_PKG_VERSION")))]
+    workload_image: String,
+    /// Its pull policy.
+    #[arg(
+        long,
+        env = "FLASHSALE_IMAGE_PULL_POLICY",
+        default_value = "IfNotPresent"
+    )]
+    image_pull_policy: String,
+    /// Consumer CPU request.
+    #[arg(long, env = "FLASHSALE_CONSUMER_CPU", default_value = "50m")]
+    consumer_cpu: String,
+    /// Consumer memory request.
+    #[arg(long, env = "FLASHSALE_CONSUMER_MEMORY", default_value = "32Mi")]
+    consumer_memory: String,
+    /// Consumer memory limit.
+    #[arg(long, env = "FLASHSALE_CONSUMER_MEMORY_LIMIT", default_value = "256Mi")]
+    consumer_memory_limit: String,
+    /// Reservations younger than this are never touched by reconciliation.
+    #[arg(long, env = "FLASHSALE_RESERVATION_MIN_AGE", default_value = "30s")]
+    reservation_min_age: String,
+    /// Apply the database migrations at start.
+    #[arg(long, env = "FLASHSALE_MIGRATE")]
+    migrate: bool,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(
+        long,
+        env = "FLASHSALE_OPERATOR_LISTEN",
+        default_value = "127.0.0.1:18081"
+    )]
+    listen: SocketAddr,
+    /// The leader-election Lease's name.
+    #[arg(
+        long,
+        env = "FLASHSALE_LEASE_NAME",
+        default_value = "flashsale-operator"
+    )]
+    lease_name: String,
+    /// The Lease's namespace.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    lease_namespace: String,
+    /// This replica's identity in the Lease (default: POD_NAME, else host and pid).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Seconds a Lease is held without renewal before another replica may take it.
+    #[arg(long, env = "FLASHSALE_LEASE_SECONDS", default_value_t = 15)]
+    lease_seconds: u64,
+    /// Log format: json or text.
+    #[arg(long, env = "FLASHSALE_LOG_FORMAT", default_value = "text")]
+    log_format: String,
+}
+
+fn identity(args: &Args) -> String {
+    args.identity.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        format!("{}-{}", host.trim(), std::process::id())
+    })
+}
+
+async fn serve_http(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<Metrics>,
+    leader: watch::Receiver<bool>,
+) {
+    use axum::http::StatusCode;
+    use axum::routing::get;
+    let app = axum::Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let leading = *leader.borrow();
+                async move {
+                    // A standby is ready too: it is healthy and waiting for the lease.
+                    (StatusCode::OK, if leading { "leader" } else { "standby" })
+                }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(move || {
+                let metrics = metrics.clone();
+                async move { metrics.encode() }
+            }),
+        );
+    if let Err(e) = axum::serve(listener, app).await {
+        tracing::error!(error = %e, "HTTP server stopped");
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if args.log_format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+
+    let client = Client::try_default()
+        .await
+        .context("no Kubernetes configuration")?;
+    let sales: Api<FlashSale> = match &args.watch_namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    if let Err(e) = sales.list(&ListParams::default().limit(1)).await {
+        anyhow::bail!(
+            "cannot list FlashSales ({e}); is the CRD installed? kubectl apply -f crds/flashsale.yaml"
+        );
+    }
+    let db = flashsale_workload::orders::connect(&args.database_url, 4)
+        .await
+        .context("failed to connect to PostgreSQL")?;
+    if args.migrate {
+        flashsale_workload::orders::migrate(&db)
+            .await
+            .context("failed to migrate the database")?;
+    }
+    let target: RedisTarget = args.redis.parse().map_err(anyhow::Error::msg)?;
+    let redis = RedisConn::connect(&target)
+        .await
+        .context("failed to connect to Redis")?;
+    let identity = identity(&args);
+    let metrics = Arc::new(Metrics::default());
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        db,
+        store: SaleStore::new(redis),
+        admin: Admin::new(&args.kafka)?,
+        bootstrap: args.kafka.clone(),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "flashsale-operator".into(),
+                instance: Some(identity.clone()),
+            },
+        ),
+        workload: WorkloadSettings {
+            image: args.workload_image.clone(),
+            pull_policy: args.image_pull_policy.clone(),
+            redis: args.pod_redis.clone().unwrap_or_else(|| args.redis.clone()),
+            database_url: args
+                .pod_database_url
+                .clone()
+                .unwrap_or_else(|| args.database_url.clone()),
+            kafka: args.pod_kafka.clone().unwrap_or_else(|| args.kafka.clone()),
+            consumer_resources: (
+                args.consumer_cpu.clone(),
+                args.consumer_memory.clone(),
+                args.consumer_memory_limit.clone(),
+            ),
+            reservation_min_age: args.reservation_min_age.clone(),
+        },
+        lag_readers: Mutex::new(HashMap::new()),
+        metrics: metrics.clone(),
+    });
+
+    let lease = LeaseManagerBuilder::new(client.clone(), &args.lease_name)
+        .with_namespace(&args.lease_namespace)
+        .with_identity(&identity)
+        .with_duration(args.lease_seconds)
+        .with_grace(args.lease_seconds.div_ceil(3).max(1))
+        .build()
+        .await
+        .context("failed to set up leader election")?;
+    let (mut leader, lease_task) = lease.watch().await;
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    tokio::spawn(serve_http(listener, metrics, leader.clone()));
+    tracing::info!(%identity, lease = %args.lease_name, "waiting to lead");
+    loop {
+        if *leader.borrow_and_update() {
+            break;
+        }
+        tokio::select! {
+            changed = leader.changed() => changed.context("leader election stopped")?,
+            () = flashsale_workload::api::server::shutdown_signal() => return Ok(()),
+        }
+    }
+    tracing::info!(%identity, "leading: reconciling FlashSales");
+    let mut lost = leader.clone();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<&'static str>();
+    tokio::spawn(async move {
+        let why = tokio::select! {
+            () = flashsale_workload::api::server::shutdown_signal() => "shutdown",
+            _ = async { while lost.changed().await.is_ok() { if !*lost.borrow() { break; } } } => "lost the lease",
+        };
+        let _ = stop_tx.send(why);
+    });
+    let (why_tx, mut why_rx) = tokio::sync::oneshot::channel::<&'static str>();
+    controller::run(ctx, args.watch_namespace.clone(), async move {
+        let why = stop_rx.await.unwrap_or("shutdown");
+        let _ = why_tx.send(why);
+    })
+    .await;
+    let why = why_rx.try_recv().unwrap_or("shutdown");
+    // Letting go of the channel releases the lease for the next replica.
+    drop(leader);
+    let _ = tokio::time::timeout(Duration::from_secs(5), lease_task).await;
+    if why == "lost the lease" {
+        anyhow::bail!("lost the leader lease; exiting so only one replica acts");
+    }
+    Ok(())
 }

@@ -42,7 +42,7 @@ async fn live(stock: i64, shards: u32, limit: i64, payment_timeout: Duration) ->
     let config = create_sale(&db, &spec).await;
     let target = common::redis_node();
     let store = store(&target).await;
-    store.warm(&config, false).await.unwrap();
+    store.warm(&config, 0, false).await.unwrap();
     let api = TestApi::start(ApiOptions::new(&namespace, target, &db)).await;
     api.wait_for_sale(&config.sale).await;
     Live {

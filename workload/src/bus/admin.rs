@@ -78,6 +78,35 @@ impl Admin {
         Ok(())
     }
 
+    /// Whether every topic exists with all partitions led; returns the
+    /// partition count of the first one (0 when any is missing).
+    pub async fn partitions(&self, names: &[&str]) -> Result<i32, AdminError> {
+        let client = self.client.clone();
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let counts = tokio::task::spawn_blocking(move || {
+            names
+                .iter()
+                .map(|name| {
+                    let metadata = client
+                        .inner()
+                        .fetch_metadata(Some(name), Duration::from_secs(2))?;
+                    Ok(metadata
+                        .topics()
+                        .iter()
+                        .find(|t| t.name() == name && t.error().is_none())
+                        .map_or(0, |t| t.partitions().len() as i32))
+                })
+                .collect::<Result<Vec<i32>, rdkafka::error::KafkaError>>()
+        })
+        .await
+        .expect("metadata fetch does not panic")?;
+        Ok(if counts.contains(&0) {
+            0
+        } else {
+            counts.first().copied().unwrap_or(0)
+        })
+    }
+
     async fn wait_for_leaders(&self, topic: &str) -> Result<(), AdminError> {
         let deadline = tokio::time::Instant::now() + ADMIN_TIMEOUT;
         loop {

@@ -100,12 +100,13 @@ impl SaleConfig {
             start_ms: self.start.timestamp_millis(),
             end_ms: self.end.timestamp_millis(),
             limit: self.purchase_limit,
-            generation: self.generation,
         }
     }
 }
 
-/// The sale metadata copied into every shard's `meta` hash.
+/// The sale metadata copied into every shard's `meta` hash. (Shard 0's hash
+/// also holds `stock_total` and `generation`: the stock Redis was last loaded
+/// or restocked to, see `lua/restock.lua`.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SaleMeta {
     /// Redis holds the sale's stock and was verified against the database.
@@ -120,13 +121,11 @@ pub struct SaleMeta {
     pub end_ms: i64,
     /// Per-shopper limit.
     pub limit: i64,
-    /// The sale's stock generation.
-    pub generation: i64,
 }
 
 impl SaleMeta {
     /// The hash fields, as `lua/purchase.lua` reads them.
-    pub fn to_fields(&self) -> [(&'static str, String); 7] {
+    pub fn to_fields(&self) -> [(&'static str, String); 6] {
         let flag = |b: bool| if b { "1" } else { "0" }.to_string();
         [
             ("warmed", flag(self.warmed)),
@@ -135,7 +134,6 @@ impl SaleMeta {
             ("start_ms", self.start_ms.to_string()),
             ("end_ms", self.end_ms.to_string()),
             ("limit", self.limit.to_string()),
-            ("generation", self.generation.to_string()),
         ]
     }
 
@@ -150,9 +148,75 @@ impl SaleMeta {
             start_ms: int("start_ms")?,
             end_ms: int("end_ms")?,
             limit: int("limit")?,
-            generation: int("generation")?,
         })
     }
+}
+
+/// What Redis holds of a sale's stock and metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadedSale {
+    /// Units per shard.
+    pub stocks: Vec<i64>,
+    /// Metadata per shard, `None` where missing or malformed.
+    pub metas: Vec<Option<SaleMeta>>,
+    /// The stock total last applied (shard 0).
+    pub stock_total: Option<i64>,
+    /// Its generation (shard 0).
+    pub generation: Option<i64>,
+}
+
+impl LoadedSale {
+    /// Whether every shard is open for purchases.
+    pub fn warmed(&self) -> bool {
+        !self.metas.is_empty() && self.metas.iter().all(|m| m.is_some_and(|m| m.warmed))
+    }
+
+    /// Units left over all shards.
+    pub fn remaining(&self) -> i64 {
+        self.stocks.iter().sum()
+    }
+}
+
+/// Checks a freshly loaded sale against the database: every shard carries
+/// `expected` metadata, the shards hold exactly the unsold stock, and the
+/// recorded total and generation are the database's.
+pub fn verify_load(
+    config: &SaleConfig,
+    sold: i64,
+    expected: &SaleMeta,
+    loaded: &LoadedSale,
+) -> Result<(), String> {
+    if loaded.stocks.len() != config.shards as usize {
+        return Err(format!(
+            "{} shards in Redis, {} expected",
+            loaded.stocks.len(),
+            config.shards
+        ));
+    }
+    if let Some(shard) = loaded
+        .metas
+        .iter()
+        .position(|m| m.as_ref() != Some(expected))
+    {
+        return Err(format!(
+            "shard {shard} metadata {:?}, expected {expected:?}",
+            loaded.metas[shard]
+        ));
+    }
+    let unsold = config.stock - sold;
+    if loaded.remaining() != unsold {
+        return Err(format!(
+            "shards hold {} units, the database has {unsold} unsold",
+            loaded.remaining()
+        ));
+    }
+    if (loaded.stock_total, loaded.generation) != (Some(config.stock), Some(config.generation)) {
+        return Err(format!(
+            "recorded stock {:?} generation {:?}, database stock {} generation {}",
+            loaded.stock_total, loaded.generation, config.stock, config.generation
+        ));
+    }
+    Ok(())
 }
 
 /// The state a shopper sees in `GET /v1/sales/{sale}`.
@@ -237,6 +301,33 @@ mod tests {
 
 #[cfg(test)]
 mod state_tests {
+    #[test]
+    fn verify_load_table() {
+        let c = config();
+        let meta = c.meta(false, false, false);
+        let good = LoadedSale {
+            stocks: vec![3, 3, 2, 2],
+            metas: vec![Some(meta); 4],
+            stock_total: Some(10),
+            generation: Some(1),
+        };
+        assert_eq!(verify_load(&c, 0, &meta, &good), Ok(()));
+        assert!(verify_load(&c, 1, &meta, &good).is_err(), "one unit sold");
+        let mut short = good.clone();
+        short.stocks[2] = 1;
+        assert!(verify_load(&c, 0, &meta, &short).is_err());
+        let mut missing = good.clone();
+        missing.metas[3] = None;
+        assert!(verify_load(&c, 0, &meta, &missing).is_err());
+        let mut stale = good.clone();
+        stale.generation = Some(0);
+        assert!(verify_load(&c, 0, &meta, &stale).is_err());
+        let mut paused = good.clone();
+        paused.metas[0] = Some(c.meta(false, true, false));
+        assert!(verify_load(&c, 0, &meta, &paused).is_err());
+        assert!(good.remaining() == 10 && !good.warmed());
+    }
+
     use super::*;
 
     fn config() -> SaleConfig {

@@ -92,6 +92,35 @@ pub async fn find_current<'e>(
     Ok(row.and_then(SaleRow::into_config))
 }
 
+/// The sale with this id (current or deleted) and the units it sold.
+pub async fn find_by_id<'e>(
+    db: impl PgExecutor<'e>,
+    id: Uuid,
+) -> sqlx::Result<Option<(SaleConfig, i64)>> {
+    #[derive(FromRow)]
+    struct WithSold {
+        sold: i32,
+        #[sqlx(flatten)]
+        row: SaleRow,
+    }
+    let found: Option<WithSold> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT sold, {SALE_COLUMNS} FROM sales WHERE id = $1"
+    )))
+    .bind(id)
+    .fetch_optional(db)
+    .await?;
+    Ok(found.and_then(|f| Some((f.row.into_config()?, i64::from(f.sold)))))
+}
+
+/// Marks the sale deleted (its resource is gone); its orders stay.
+pub async fn mark_deleted<'e>(db: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<()> {
+    sqlx::query("UPDATE sales SET deleted_at = now() WHERE id = $1 AND deleted_at IS NULL")
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
 /// Creates the sale's row, or updates its configuration (idempotent). The
 /// stock only changes when it stays at or above the units sold; the generation
 /// is bumped when it changes. Returns the row as stored.

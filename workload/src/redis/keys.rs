@@ -11,7 +11,8 @@ use crate::domain::sale::SaleRef;
 /// The keys of one stock shard of one sale.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardKeys {
-    /// Sale metadata copied into every shard: warmed, paused, busy, window, limit, generation.
+    /// Sale metadata copied into every shard: warmed, paused, busy, window,
+    /// limit; shard 0's also holds the stock total and generation applied.
     pub meta: String,
     /// Units of stock left in this shard.
     pub stock: String,

@@ -18,6 +18,8 @@ pub struct Scripts {
     pub transfer_out: Script,
     /// `lua/transfer_in.lua`: credits a transfer to the receiving shard, once.
     pub transfer_in: Script,
+    /// `lua/restock.lua`: applies a stock change once per generation.
+    pub restock: Script,
 }
 
 /// The process-wide scripts.
@@ -27,4 +29,5 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     claim: Script::new(include_str!("../../../lua/claim.lua")),
     transfer_out: Script::new(include_str!("../../../lua/transfer_out.lua")),
     transfer_in: Script::new(include_str!("../../../lua/transfer_in.lua")),
+    restock: Script::new(include_str!("../../../lua/restock.lua")),
 });

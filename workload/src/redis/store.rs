@@ -18,7 +18,7 @@ use crate::domain::purchase::{
     read_purchase_reply, read_release_reply,
 };
 use crate::domain::reconcile::{Repair, ShardSnapshot, TransferOut, parse_transfer_in};
-use crate::domain::sale::{SaleConfig, SaleMeta, SaleRef};
+use crate::domain::sale::{LoadedSale, SaleConfig, SaleMeta, SaleRef, verify_load};
 use crate::domain::shard::split_stock;
 
 /// A Redis call failed, or answered what the scripts never answer.
@@ -30,6 +30,23 @@ pub enum StoreError {
     /// A script replied outside its contract.
     #[error(transparent)]
     Unexpected(#[from] UnexpectedReply),
+}
+
+/// A warm-up that did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum WarmError {
+    /// Redis failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Redis does not hold what was loaded.
+    #[error("redis does not match the database after loading: {0}")]
+    Mismatch(String),
+}
+
+impl From<redis::RedisError> for WarmError {
+    fn from(e: redis::RedisError) -> Self {
+        Self::Store(e.into())
+    }
 }
 
 /// What `lua/claim.lua` found.
@@ -316,22 +333,86 @@ impl SaleStore {
         Ok(())
     }
 
-    /// Loads a sale into Redis before its first purchase: each shard's share of
-    /// the stock, then the metadata with `warmed` set, so no purchase can see
-    /// a warmed shard without its stock. Never call it on a sale that sold:
-    /// it overwrites the stock.
-    pub async fn warm(&self, config: &SaleConfig, paused: bool) -> Result<(), StoreError> {
-        let split: Vec<i64> = split_stock(config.stock.max(0) as u64, config.shards)
+    /// Warms a sale: loads its unsold stock over the shards and its metadata
+    /// (not yet open), reads everything back and verifies it against
+    /// `config` and `sold`, and only then marks every shard warmed. No warm,
+    /// no open. Never call it on a warmed sale: it overwrites the stock.
+    pub async fn warm(
+        &self,
+        config: &SaleConfig,
+        sold: i64,
+        paused: bool,
+    ) -> Result<(), WarmError> {
+        let split: Vec<i64> = split_stock((config.stock - sold).max(0) as u64, config.shards)
             .into_iter()
             .map(|units| units as i64)
             .collect();
         self.set_stocks(&config.sale, &split).await?;
+        let closed = config.meta(false, paused, false);
+        self.write_meta(&config.sale, config.shards, &closed)
+            .await?;
+        let () = self
+            .conn
+            .clone()
+            .hset_multiple(
+                ShardKeys::new(&config.sale, 0).meta,
+                &[
+                    ("stock_total", config.stock),
+                    ("generation", config.generation),
+                ],
+            )
+            .await?;
+        let loaded = self.loaded(&config.sale, config.shards).await?;
+        verify_load(config, sold, &closed, &loaded).map_err(WarmError::Mismatch)?;
         self.write_meta(
             &config.sale,
             config.shards,
             &config.meta(true, paused, false),
         )
-        .await
+        .await?;
+        Ok(())
+    }
+
+    /// What Redis holds of the sale's stock and metadata.
+    pub async fn loaded(&self, sale: &SaleRef, shards: u32) -> Result<LoadedSale, StoreError> {
+        let stocks = self.shard_stocks(sale, shards).await?;
+        let metas = try_join_all((0..shards).map(|shard| self.meta(sale, shard))).await?;
+        let (stock_total, generation): (Option<i64>, Option<i64>) = self
+            .conn
+            .clone()
+            .hmget(ShardKeys::new(sale, 0).meta, &["stock_total", "generation"])
+            .await?;
+        Ok(LoadedSale {
+            stocks,
+            metas,
+            stock_total,
+            generation,
+        })
+    }
+
+    /// Applies the sale's stock total of `generation` to Redis once
+    /// (`lua/restock.lua`). Returns the units added (negative: removed), or
+    /// `None` when that generation was applied already.
+    pub async fn restock(
+        &self,
+        sale: &SaleRef,
+        total: i64,
+        generation: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        let keys = ShardKeys::new(sale, 0);
+        let reply: Vec<i64> = SCRIPTS
+            .restock
+            .key(&keys.stock)
+            .key(&keys.meta)
+            .arg(total)
+            .arg(generation)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        match reply.as_slice() {
+            [0, delta] => Ok(Some(*delta)),
+            [1] | [2] => Ok(None),
+            _ => Err(UnexpectedReply(reply.into_iter().map(ReplyField::Int).collect()).into()),
+        }
     }
 
     /// Deletes every key of every shard, metadata last: while any shard still

@@ -1,0 +1,291 @@
+//! Step three of a reconcile: carry out the plan's actions, each idempotent,
+//! each announced by an event when it changed something.
+
+use flashsale_workload::bus::topics;
+use flashsale_workload::domain::sale::SaleConfig;
+use flashsale_workload::orders::sales;
+use flashsale_workload::redis::store::WarmError;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Api, Resource};
+
+use crate::context::{Context, MANAGER};
+use crate::crd::FlashSale;
+use crate::observe::Observation;
+use crate::plan::{Action, JobKind};
+use crate::resources::{consumer_deployment, consumers_name, job, job_name};
+
+/// A failed action.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// PostgreSQL.
+    #[error("failed to write the sale's row: {0}")]
+    Db(#[from] sqlx::Error),
+    /// Redis.
+    #[error("failed to change the sale's Redis state: {0}")]
+    Redis(#[from] flashsale_workload::redis::store::StoreError),
+    /// Kafka.
+    #[error("failed to create the sale's topics: {0}")]
+    Kafka(#[from] flashsale_workload::bus::admin::AdminError),
+    /// Kubernetes.
+    #[error("failed to apply the sale's Deployment or Job: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// What applying found that the status must tell.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// Warm-up verification failed: Redis did not match the database.
+    pub warm_mismatch: Option<String>,
+}
+
+async fn event(
+    ctx: &Context,
+    fs: &FlashSale,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    let e = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: action.into(),
+        secondary: None,
+    };
+    if let Err(err) = ctx.recorder.publish(&e, &fs.object_ref(&())).await {
+        tracing::warn!(error = %err, reason, "event not published");
+    }
+}
+
+/// Runs `actions` in order.
+pub async fn apply(
+    ctx: &Context,
+    fs: &FlashSale,
+    obs: &Observation,
+    actions: &[Action],
+) -> Result<Applied, ApplyError> {
+    let mut applied = Applied::default();
+    let config = &obs.config;
+    let sale = &config.sale;
+    let namespace = sale.namespace.as_str();
+    let normal = EventType::Normal;
+    for action in actions {
+        match *action {
+            Action::SyncSaleRow { stock } => {
+                let stored = sales::upsert(
+                    &ctx.db,
+                    &SaleConfig {
+                        stock,
+                        ..config.clone()
+                    },
+                )
+                .await?;
+                match &obs.stored {
+                    None => {
+                        event(
+                            ctx,
+                            fs,
+                            normal,
+                            "SaleRowCreated",
+                            "CreateRow",
+                            format!("sale row created with {stock} units"),
+                        )
+                        .await
+                    }
+                    Some((before, _)) if before.stock != stored.stock => {
+                        event(
+                            ctx,
+                            fs,
+                            normal,
+                            "StockChanged",
+                            "UpdateRow",
+                            format!("stock {} -> {} in the database", before.stock, stored.stock),
+                        )
+                        .await;
+                    }
+                    Some(_) => {
+                        event(
+                            ctx,
+                            fs,
+                            normal,
+                            "SaleRowUpdated",
+                            "UpdateRow",
+                            "window, limit or payment timeout updated".into(),
+                        )
+                        .await
+                    }
+                }
+            }
+            Action::EnsureTopics => {
+                let (orders, dlq) = (topics::orders_topic(sale), topics::dead_letter_topic(sale));
+                ctx.admin
+                    .ensure_topics(&[&orders, &dlq], fs.spec.consumers.max_replicas)
+                    .await?;
+                event(
+                    ctx,
+                    fs,
+                    normal,
+                    "TopicsCreated",
+                    "CreateTopics",
+                    format!(
+                        "{orders} and {dlq}, {} partitions",
+                        fs.spec.consumers.max_replicas
+                    ),
+                )
+                .await;
+            }
+            Action::Warm => {
+                let Some((row, sold)) = &obs.stored else {
+                    continue;
+                };
+                match ctx.store.warm(row, *sold, fs.spec.paused).await {
+                    Ok(()) => {
+                        let note = format!(
+                            "{} units over {} shards loaded and verified against the database",
+                            row.stock - sold,
+                            row.shards
+                        );
+                        event(ctx, fs, normal, "Warmed", "Warm", note).await;
+                    }
+                    Err(WarmError::Mismatch(why)) => {
+                        event(
+                            ctx,
+                            fs,
+                            EventType::Warning,
+                            "WarmVerifyFailed",
+                            "Warm",
+                            why.clone(),
+                        )
+                        .await;
+                        applied.warm_mismatch = Some(why);
+                    }
+                    Err(WarmError::Store(e)) => return Err(e.into()),
+                }
+            }
+            Action::Restock => {
+                let Some((row, _)) = &obs.stored else {
+                    continue;
+                };
+                if let Some(delta) = ctx.store.restock(sale, row.stock, row.generation).await? {
+                    let verb = if delta >= 0 { "added" } else { "removed" };
+                    event(
+                        ctx,
+                        fs,
+                        normal,
+                        "Restocked",
+                        "Restock",
+                        format!(
+                            "{} units {verb} in Redis (stock {})",
+                            delta.abs(),
+                            row.stock
+                        ),
+                    )
+                    .await;
+                }
+            }
+            Action::WriteMeta(meta) => {
+                ctx.store.write_meta(sale, config.shards, &meta).await?;
+                let before = obs.observed.redis.metas.first().copied().flatten();
+                if before.is_some_and(|b| b.paused != meta.paused) {
+                    let (reason, note) = if meta.paused {
+                        ("Paused", "kill switch on: purchases answer PAUSED")
+                    } else {
+                        ("Resumed", "kill switch off: purchases accepted again")
+                    };
+                    event(ctx, fs, normal, reason, "KillSwitch", note.into()).await;
+                }
+                if before.is_some_and(|b| b.busy != meta.busy) {
+                    let (type_, reason, note) = if meta.busy {
+                        (
+                            EventType::Warning,
+                            "BackpressureOn",
+                            format!(
+                                "lag {:?} above maxLag: purchases answer BUSY",
+                                obs.observed.lag
+                            ),
+                        )
+                    } else {
+                        (
+                            normal,
+                            "BackpressureOff",
+                            format!("lag {:?}: purchases accepted again", obs.observed.lag),
+                        )
+                    };
+                    event(ctx, fs, type_, reason, "Backpressure", note).await;
+                }
+            }
+            Action::ApplyConsumers { replicas } => {
+                let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
+                let name = consumers_name(&sale.name);
+                api.patch(
+                    &name,
+                    &PatchParams::apply(MANAGER).force(),
+                    &Patch::Apply(consumer_deployment(fs, &ctx.workload)),
+                )
+                .await?;
+                let current = obs.deployment.map(|(r, _)| r);
+                if current != Some(replicas) {
+                    api.patch_scale(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})),
+                    )
+                    .await?;
+                    let from = current.map_or("none".to_string(), |c| c.to_string());
+                    let note = format!(
+                        "consumers {from} -> {replicas} (lag {:?})",
+                        obs.observed.lag
+                    );
+                    event(ctx, fs, normal, "Scaled", "Scale", note).await;
+                }
+            }
+            Action::DeleteConsumers => {
+                if obs.deployment.is_some() {
+                    let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
+                    api.delete(&consumers_name(&sale.name), &DeleteParams::background())
+                        .await?;
+                    event(
+                        ctx,
+                        fs,
+                        normal,
+                        "ConsumersRemoved",
+                        "Delete",
+                        "the sale is over".into(),
+                    )
+                    .await;
+                }
+            }
+            Action::StartJob(kind) => {
+                let api: Api<Job> = Api::namespaced(ctx.client.clone(), namespace);
+                match api
+                    .create(&PostParams::default(), &job(fs, &ctx.workload, kind))
+                    .await
+                {
+                    Ok(_) => {
+                        let what = match kind {
+                            JobKind::Periodic(n) => format!("periodic reconciliation #{n}"),
+                            JobKind::Final => "final reconciliation".into(),
+                            JobKind::Cleanup => "cleanup".into(),
+                        };
+                        event(
+                            ctx,
+                            fs,
+                            normal,
+                            "JobStarted",
+                            "StartJob",
+                            format!("{what}: Job {}", job_name(&sale.name, kind)),
+                        )
+                        .await;
+                    }
+                    Err(kube::Error::Api(s)) if s.code == 409 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
+    Ok(applied)
+}

@@ -1,0 +1,396 @@
+//! The status conditions, pure: `metav1.Condition`-shaped, each with a reason,
+//! the generation it describes, and a transition time that moves only when
+//! the status does.
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::crd::SaleState;
+
+/// A condition before its bookkeeping fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// Ready, Warmed, Live, ...
+    pub type_: &'static str,
+    /// True, False or Unknown.
+    pub status: &'static str,
+    /// PascalCase reason.
+    pub reason: &'static str,
+    /// For people.
+    pub message: String,
+}
+
+fn verdict(
+    type_: &'static str,
+    on: bool,
+    reason: &'static str,
+    message: impl Into<String>,
+) -> Verdict {
+    Verdict {
+        type_,
+        status: if on { "True" } else { "False" },
+        reason,
+        message: message.into(),
+    }
+}
+
+/// What the conditions are computed from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Facts {
+    /// Lifecycle state.
+    pub state: SaleState,
+    /// Every shard warmed and verified.
+    pub warmed: bool,
+    /// The kill switch.
+    pub paused: bool,
+    /// Units left in Redis.
+    pub remaining: i64,
+    /// Consumer replicas wanted and ready.
+    pub consumers: (i32, i32),
+    /// The last reconciliation: (drift found, drift repaired), if any ran.
+    pub reconciled: Option<(i64, i64)>,
+    /// Redis state removed after the sale.
+    pub cleaned: bool,
+    /// Why the sale is degraded, if it is: (reason, message).
+    pub degraded: Option<(&'static str, String)>,
+}
+
+/// The nine conditions, in a stable order.
+pub fn verdicts(f: &Facts) -> Vec<Verdict> {
+    use SaleState as S;
+    let state = format!("{:?}", f.state);
+    let (wanted, ready) = f.consumers;
+    let mut out = vec![
+        match (f.warmed, f.cleaned) {
+            (true, _) => verdict(
+                "Warmed",
+                true,
+                "Verified",
+                "Redis holds the sale and matches the database",
+            ),
+            (false, true) => verdict(
+                "Warmed",
+                false,
+                "CleanedUp",
+                "the sale's Redis state was removed after the sale",
+            ),
+            (false, false) if f.state == S::Warming => verdict(
+                "Warmed",
+                false,
+                "Warming",
+                "loading Redis from the database",
+            ),
+            (false, false) => verdict(
+                "Warmed",
+                false,
+                "NotYetDue",
+                "warm-up happens at start - warmup.leadTime",
+            ),
+        },
+        verdict(
+            "Live",
+            matches!(f.state, S::Live),
+            match f.state {
+                S::Live => "WindowOpen",
+                S::Scheduled | S::Warming | S::Warm => "BeforeStart",
+                S::Paused => "Paused",
+                S::SoldOut => "SoldOut",
+                _ => "WindowClosed",
+            },
+            format!("state {state}"),
+        ),
+        if f.paused {
+            verdict(
+                "Paused",
+                true,
+                "KillSwitch",
+                "spec.paused is true: every purchase answers PAUSED",
+            )
+        } else {
+            verdict("Paused", false, "NotPaused", "spec.paused is false")
+        },
+        if f.warmed && f.remaining <= 0 {
+            verdict("SoldOut", true, "NoStockLeft", "every shard is empty")
+        } else {
+            verdict(
+                "SoldOut",
+                false,
+                "StockLeft",
+                format!("{} units left", f.remaining.max(0)),
+            )
+        },
+        match (wanted, ready) {
+            (0, _) => verdict(
+                "ConsumersReady",
+                true,
+                "ScaledToZero",
+                "no lag: no consumer needed",
+            ),
+            (w, r) if r >= w => verdict(
+                "ConsumersReady",
+                true,
+                "AllReady",
+                format!("{r}/{w} consumers ready"),
+            ),
+            (w, r) => verdict(
+                "ConsumersReady",
+                false,
+                "NotAllReady",
+                format!("{r}/{w} consumers ready"),
+            ),
+        },
+        match f.reconciled {
+            None => Verdict {
+                type_: "Reconciled",
+                status: "Unknown",
+                reason: "NotYetRun",
+                message: "no reconciliation has run yet".into(),
+            },
+            Some((0, _)) => verdict(
+                "Reconciled",
+                true,
+                "NoDrift",
+                "Redis, Kafka and PostgreSQL agree",
+            ),
+            Some((found, repaired)) if repaired >= found => verdict(
+                "Reconciled",
+                true,
+                "DriftRepaired",
+                format!("{found} differences found and repaired"),
+            ),
+            Some((found, repaired)) => verdict(
+                "Reconciled",
+                false,
+                "DriftUnrepaired",
+                format!("{found} differences found, {repaired} repaired"),
+            ),
+        },
+        if f.cleaned {
+            verdict(
+                "CleanedUp",
+                true,
+                "RedisStateRemoved",
+                "Redis keys deleted; orders kept",
+            )
+        } else {
+            verdict(
+                "CleanedUp",
+                false,
+                "NotYet",
+                "cleanup runs after end + cleanup.after, once drained",
+            )
+        },
+        match &f.degraded {
+            Some((reason, message)) => verdict("Degraded", true, reason, message.clone()),
+            None => verdict("Degraded", false, "AsExpected", "nothing is degraded"),
+        },
+    ];
+    let ready = f.degraded.is_none() && !matches!(f.state, S::Failed | S::Warming);
+    out.insert(
+        0,
+        verdict(
+            "Ready",
+            ready,
+            if ready {
+                "AsExpected"
+            } else if f.degraded.is_some() {
+                "Degraded"
+            } else {
+                "NotReady"
+            },
+            format!("state {state}"),
+        ),
+    );
+    out
+}
+
+/// Turns verdicts into conditions, keeping each one's transition time when its
+/// status did not change.
+pub fn conditions(
+    verdicts: Vec<Verdict>,
+    previous: &[Condition],
+    generation: Option<i64>,
+    now: DateTime<Utc>,
+) -> Vec<Condition> {
+    let now =
+        Time(Timestamp::from_millisecond(now.timestamp_millis()).unwrap_or(Timestamp::UNIX_EPOCH));
+    verdicts
+        .into_iter()
+        .map(|v| {
+            let since = previous
+                .iter()
+                .find(|c| c.type_ == v.type_ && c.status == v.status)
+                .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
+            Condition {
+                type_: v.type_.to_string(),
+                status: v.status.to_string(),
+                reason: v.reason.to_string(),
+                message: v.message,
+                observed_generation: generation,
+                last_transition_time: since,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(state: SaleState) -> Facts {
+        Facts {
+            state,
+            warmed: true,
+            paused: false,
+            remaining: 10,
+            consumers: (1, 1),
+            reconciled: None,
+            cleaned: false,
+            degraded: None,
+        }
+    }
+
+    fn get<'a>(v: &'a [Verdict], t: &str) -> &'a Verdict {
+        v.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn nine_conditions_in_a_stable_order() {
+        let types: Vec<_> = verdicts(&facts(SaleState::Live))
+            .iter()
+            .map(|v| v.type_)
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "Ready",
+                "Warmed",
+                "Live",
+                "Paused",
+                "SoldOut",
+                "ConsumersReady",
+                "Reconciled",
+                "CleanedUp",
+                "Degraded"
+            ]
+        );
+    }
+
+    #[test]
+    fn verdict_table() {
+        let live = verdicts(&facts(SaleState::Live));
+        assert_eq!(
+            (get(&live, "Live").status, get(&live, "Live").reason),
+            ("True", "WindowOpen")
+        );
+        assert_eq!(get(&live, "Ready").status, "True");
+        assert_eq!(get(&live, "Reconciled").status, "Unknown");
+
+        let paused = verdicts(&Facts {
+            paused: true,
+            ..facts(SaleState::Paused)
+        });
+        assert_eq!(
+            (get(&paused, "Paused").status, get(&paused, "Paused").reason),
+            ("True", "KillSwitch")
+        );
+        assert_eq!(get(&paused, "Live").reason, "Paused");
+
+        let sold_out = verdicts(&Facts {
+            remaining: 0,
+            ..facts(SaleState::SoldOut)
+        });
+        assert_eq!(get(&sold_out, "SoldOut").status, "True");
+
+        let degraded = verdicts(&Facts {
+            degraded: Some(("Backpressure", "lag 30000 above maxLag 25000".into())),
+            ..facts(SaleState::Live)
+        });
+        assert_eq!(
+            (
+                get(&degraded, "Degraded").status,
+                get(&degraded, "Degraded").reason
+            ),
+            ("True", "Backpressure")
+        );
+        assert_eq!(
+            (
+                get(&degraded, "Ready").status,
+                get(&degraded, "Ready").reason
+            ),
+            ("False", "Degraded")
+        );
+
+        let drift = verdicts(&Facts {
+            reconciled: Some((3, 2)),
+            ..facts(SaleState::Live)
+        });
+        assert_eq!(
+            (
+                get(&drift, "Reconciled").status,
+                get(&drift, "Reconciled").reason
+            ),
+            ("False", "DriftUnrepaired")
+        );
+        let repaired = verdicts(&Facts {
+            reconciled: Some((3, 3)),
+            ..facts(SaleState::Live)
+        });
+        assert_eq!(get(&repaired, "Reconciled").reason, "DriftRepaired");
+
+        let scaling = verdicts(&Facts {
+            consumers: (4, 1),
+            ..facts(SaleState::Live)
+        });
+        assert_eq!(get(&scaling, "ConsumersReady").status, "False");
+        let zero = verdicts(&Facts {
+            consumers: (0, 0),
+            ..facts(SaleState::Scheduled)
+        });
+        assert_eq!(get(&zero, "ConsumersReady").reason, "ScaledToZero");
+
+        let done = verdicts(&Facts {
+            warmed: false,
+            cleaned: true,
+            ..facts(SaleState::Completed)
+        });
+        assert_eq!(get(&done, "CleanedUp").status, "True");
+        assert_eq!(get(&done, "Warmed").reason, "CleanedUp");
+        assert_eq!(get(&done, "Live").reason, "WindowClosed");
+
+        let warming = verdicts(&Facts {
+            warmed: false,
+            ..facts(SaleState::Warming)
+        });
+        assert_eq!(get(&warming, "Warmed").reason, "Warming");
+        assert_eq!(get(&warming, "Ready").status, "False");
+    }
+
+    #[test]
+    fn transition_time_moves_only_with_the_status() {
+        let t0 = DateTime::from_timestamp(1_000, 0).unwrap();
+        let t1 = DateTime::from_timestamp(2_000, 0).unwrap();
+        let first = conditions(verdicts(&facts(SaleState::Live)), &[], Some(1), t0);
+        let same = conditions(verdicts(&facts(SaleState::Live)), &first, Some(2), t1);
+        let live = |c: &[Condition]| c.iter().find(|c| c.type_ == "Live").unwrap().clone();
+        assert_eq!(
+            live(&same).last_transition_time,
+            live(&first).last_transition_time
+        );
+        assert_eq!(live(&same).observed_generation, Some(2));
+        let paused = conditions(
+            verdicts(&Facts {
+                paused: true,
+                ..facts(SaleState::Paused)
+            }),
+            &first,
+            Some(2),
+            t1,
+        );
+        assert_ne!(
+            live(&paused).last_transition_time,
+            live(&first).last_transition_time
+        );
+    }
+}

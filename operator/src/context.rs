@@ -1,0 +1,95 @@
+//! What every reconcile shares, and the sale's configuration as derived from
+//! the resource.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use flashsale_workload::bus::admin::Admin;
+use flashsale_workload::bus::lag::LagReader;
+use flashsale_workload::domain::sale::{SaleConfig, SaleRef};
+use flashsale_workload::redis::store::SaleStore;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Client;
+use kube::runtime::events::Recorder;
+use sqlx::PgPool;
+
+use crate::crd::FlashSale;
+use crate::metrics::Metrics;
+use crate::resources::WorkloadSettings;
+
+/// The one field manager of every server-side apply.
+pub const MANAGER: &str = "flashsale-operator";
+/// The finalizer that removes a sale's Redis state and topics.
+pub const FINALIZER: &str = "flashsale.dev/cleanup";
+
+/// Shared by all reconciles.
+pub struct Context {
+    /// Kubernetes.
+    pub client: Client,
+    /// PostgreSQL.
+    pub db: PgPool,
+    /// Redis.
+    pub store: SaleStore,
+    /// Kafka topics.
+    pub admin: Admin,
+    /// Kafka bootstrap servers (for lag readers).
+    pub bootstrap: String,
+    /// Events.
+    pub recorder: Recorder,
+    /// How the workload image runs.
+    pub workload: WorkloadSettings,
+    /// One lag reader per sale whose orders may flow, by uid.
+    pub lag_readers: Mutex<HashMap<String, Arc<LagReader>>>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+/// A resource the operator cannot act on: it waits for a change.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid FlashSale: {0}")]
+pub struct InvalidSpec(pub String);
+
+/// Kubernetes time to chrono.
+pub fn to_chrono(t: &Time) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(t.0.as_millisecond()).unwrap_or_default()
+}
+
+/// chrono to Kubernetes time.
+pub fn to_time(t: DateTime<Utc>) -> Time {
+    Time(
+        k8s_openapi::jiff::Timestamp::from_millisecond(t.timestamp_millis())
+            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    )
+}
+
+/// The sale's namespace and name.
+pub fn sale_ref(fs: &FlashSale) -> Result<SaleRef, InvalidSpec> {
+    let namespace = fs.metadata.namespace.as_deref().unwrap_or_default();
+    let name = fs.metadata.name.as_deref().unwrap_or_default();
+    SaleRef::new(namespace, name).map_err(|e| InvalidSpec(e.to_string()))
+}
+
+/// The sale's configuration from its spec, with `stock` and `generation`.
+pub fn sale_config(fs: &FlashSale, stock: i64, generation: i64) -> Result<SaleConfig, InvalidSpec> {
+    let id = fs
+        .metadata
+        .uid
+        .as_deref()
+        .and_then(|u| u.parse().ok())
+        .ok_or_else(|| InvalidSpec("metadata.uid is missing".into()))?;
+    let spec = &fs.spec;
+    Ok(SaleConfig {
+        id,
+        sale: sale_ref(fs)?,
+        sku: spec.sku.clone(),
+        stock,
+        start: to_chrono(&spec.window.start),
+        end: to_chrono(&spec.window.end),
+        purchase_limit: i64::from(spec.purchase_limit),
+        shards: u32::try_from(spec.sharding.shards)
+            .map_err(|_| InvalidSpec("sharding.shards".into()))?,
+        generation,
+        payment_timeout: spec.payment.timeout.into(),
+    })
+}

@@ -1,0 +1,485 @@
+//! The reconcile loop: `Controller` over FlashSales and what they own, the
+//! finalizer, and the fixed steps observe → plan → apply → status.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use flashsale_workload::bus::topics;
+use flashsale_workload::domain::sale::SaleMeta;
+use flashsale_workload::orders::sales;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::Controller;
+use kube::runtime::controller::Action as Requeue;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+
+use crate::apply::{Applied, ApplyError, apply};
+use crate::conditions::{Facts, conditions, verdicts};
+use crate::context::{Context, FINALIZER, InvalidSpec, MANAGER, sale_config, to_time};
+use crate::crd::{
+    ConsumersStatus, FlashSale, FlashSaleStatus, ReconciliationSummary, SaleState, StockStatus,
+};
+use crate::observe::{Observation, ObserveError, observe};
+use crate::plan::{Action, Plan, Refused, Timeline, Wanted, plan};
+use crate::scaling::{ScalingDecision, ScalingMemory, ScalingSpec, desired_replicas, next_check};
+
+/// A failed reconcile, by step.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The resource cannot be acted on until it changes.
+    #[error(transparent)]
+    Invalid(#[from] InvalidSpec),
+    /// Reading failed.
+    #[error(transparent)]
+    Observe(ObserveError),
+    /// An action failed.
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
+    /// Writing the status failed.
+    #[error("failed to write the status: {0}")]
+    Status(kube::Error),
+    /// Removing the sale's state on delete failed.
+    #[error("failed to clean up the deleted sale: {0}")]
+    Finalizer(String),
+}
+
+impl From<ObserveError> for Error {
+    fn from(e: ObserveError) -> Self {
+        match e {
+            ObserveError::Invalid(i) => Self::Invalid(i),
+            other => Self::Observe(other),
+        }
+    }
+}
+
+impl Error {
+    /// The metric and event label of the failing step.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Invalid(_) => "invalid",
+            Self::Observe(_) => "observe",
+            Self::Apply(_) => "apply",
+            Self::Status(_) => "status",
+            Self::Finalizer(_) => "finalizer",
+        }
+    }
+}
+
+fn timeline(fs: &FlashSale) -> Timeline {
+    let spec = &fs.spec;
+    let start = crate::context::to_chrono(&spec.window.start);
+    let end = crate::context::to_chrono(&spec.window.end);
+    let chrono = |d: kube::core::Duration| chrono::Duration::from_std(d.into()).unwrap_or_default();
+    Timeline {
+        warm_at: start - chrono(spec.warmup.lead_time),
+        start,
+        end,
+        cleanup_at: end + chrono(spec.cleanup.after),
+        reconcile_every: spec.reconcile.interval.into(),
+        poll_every: spec.consumers.poll_interval.into(),
+    }
+}
+
+fn scaling_spec(fs: &FlashSale) -> ScalingSpec {
+    let c = &fs.spec.consumers;
+    ScalingSpec {
+        min_replicas: c.min_replicas,
+        max_replicas: c.max_replicas,
+        lag_per_replica: i64::from(c.lag_per_replica),
+        scale_down_stabilization: c.scale_down_stabilization.into(),
+        max_lag: c.effective_max_lag(),
+    }
+}
+
+fn scaling_memory(fs: &FlashSale) -> ScalingMemory {
+    let consumers = fs.status.as_ref().and_then(|s| s.consumers.as_ref());
+    ScalingMemory {
+        low_since: consumers
+            .and_then(|c| c.low_since.as_ref())
+            .map(crate::context::to_chrono),
+        busy: consumers.is_some_and(|c| c.busy),
+    }
+}
+
+/// One pass: observe, decide scaling and the plan.
+async fn decide(
+    ctx: &Context,
+    fs: &FlashSale,
+) -> Result<(Observation, ScalingDecision, Plan), Error> {
+    let obs = observe(ctx, fs).await?;
+    let spec = scaling_spec(fs);
+    let current = obs.deployment.map_or(spec.min_replicas, |(r, _)| r);
+    let scaling = desired_replicas(
+        &spec,
+        obs.observed.lag,
+        obs.partitions,
+        current,
+        scaling_memory(fs),
+        obs.observed.now,
+    );
+    let meta = SaleMeta {
+        warmed: true,
+        ..obs.config.meta(true, fs.spec.paused, scaling.memory.busy)
+    };
+    let wanted = Wanted {
+        stock: i64::from(fs.spec.stock),
+        paused: fs.spec.paused,
+        meta,
+        replicas: scaling.replicas,
+        scaling_check: next_check(&spec, &scaling.memory),
+    };
+    let decided = plan(&timeline(fs), &wanted, &obs.observed);
+    Ok((obs, scaling, decided))
+}
+
+/// Whether an action changes what the next observation sees in a way the plan
+/// must look at again before the status is written.
+fn changes_observation(action: &Action) -> bool {
+    matches!(
+        action,
+        Action::SyncSaleRow { .. } | Action::EnsureTopics | Action::Warm | Action::Restock
+    )
+}
+
+async fn reconcile_sale(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let mut pass = 0;
+    let (obs, scaling, decided, applied) = loop {
+        let (obs, scaling, decided) = decide(&ctx, &fs).await?;
+        let applied = apply(&ctx, &fs, &obs, &decided.actions).await?;
+        pass += 1;
+        if pass == 3
+            || !decided.actions.iter().any(changes_observation)
+            || applied.warm_mismatch.is_some()
+        {
+            break (obs, scaling, decided, applied);
+        }
+    };
+    if matches!(decided.state, SaleState::Completed) {
+        ctx.forget_lag_reader(&obs.config.id.to_string());
+    }
+    write_status(&ctx, &fs, &obs, &scaling, &decided, &applied).await?;
+    ctx.metrics
+        .set_state(&obs.config.sale.to_string(), decided.state);
+    Ok(Requeue::requeue(decided.wake_in))
+}
+
+fn stock_status(obs: &Observation) -> StockStatus {
+    let (total, persisted) = obs
+        .stored
+        .as_ref()
+        .map_or((i64::from(0), 0), |(row, sold)| (row.stock, *sold));
+    let loaded = obs.observed.redis.metas.iter().any(Option::is_some);
+    let remaining = if loaded {
+        obs.observed.redis.remaining()
+    } else {
+        total - persisted
+    };
+    let reserved = (total - remaining - persisted).max(0);
+    StockStatus {
+        total,
+        reserved,
+        persisted,
+        remaining,
+        sold: reserved + persisted,
+    }
+}
+
+async fn write_status(
+    ctx: &Context,
+    fs: &FlashSale,
+    obs: &Observation,
+    scaling: &ScalingDecision,
+    decided: &Plan,
+    applied: &Applied,
+) -> Result<(), Error> {
+    let now = Utc::now();
+    let previous = fs.status.clone().unwrap_or_default();
+    let stock = stock_status(obs);
+    let degraded = if let Some(why) = &applied.warm_mismatch {
+        Some(("WarmVerifyFailed", why.clone()))
+    } else if let Some(Refused::StockBelowSold { asked, sold }) = &decided.refused {
+        Some((
+            "StockBelowSold",
+            format!(
+                "spec.stock {asked} is below the {sold} units already sold; the stock stays {}",
+                stock.total
+            ),
+        ))
+    } else if scaling.memory.busy {
+        Some((
+            "Backpressure",
+            format!(
+                "order lag {:?} is above maxLag {}: purchases answer BUSY",
+                obs.observed.lag,
+                fs.spec.consumers.effective_max_lag()
+            ),
+        ))
+    } else if decided.state == SaleState::Failed {
+        Some((
+            "JobFailed",
+            "a reconciliation or cleanup Job failed; delete it to retry".to_string(),
+        ))
+    } else if obs.observed.lag.is_none() && obs.partitions > 0 {
+        Some((
+            "LagUnknown",
+            "the consumer group's lag cannot be read from Kafka".to_string(),
+        ))
+    } else {
+        None
+    };
+    let ready_consumers = obs.deployment.map_or(0, |(_, ready)| ready);
+    let facts = Facts {
+        state: decided.state,
+        warmed: obs.observed.redis.warmed(),
+        paused: fs.spec.paused,
+        remaining: stock.remaining,
+        consumers: (scaling.replicas, ready_consumers),
+        reconciled: obs
+            .last_run
+            .as_ref()
+            .map(|r| (r.drift_found, r.drift_repaired)),
+        cleaned: decided.state == SaleState::Completed,
+        degraded,
+    };
+    let last_scale_time = match (&previous.consumers, obs.deployment) {
+        (Some(c), Some((replicas, _))) if replicas == scaling.replicas => c.last_scale_time.clone(),
+        _ if obs.deployment.map(|(r, _)| r) != Some(scaling.replicas) => Some(to_time(now)),
+        (c, _) => c.as_ref().and_then(|c| c.last_scale_time.clone()),
+    };
+    let status = FlashSaleStatus {
+        observed_generation: fs.metadata.generation,
+        state: Some(decided.state),
+        stock: Some(stock),
+        consumers: Some(ConsumersStatus {
+            replicas: ready_consumers,
+            desired_replicas: scaling.replicas,
+            lag: obs.observed.lag.unwrap_or_default(),
+            last_scale_time,
+            low_since: scaling.memory.low_since.map(to_time),
+            busy: scaling.memory.busy,
+        }),
+        last_reconciliation: obs.last_run.as_ref().map(|r| ReconciliationSummary {
+            time: to_time(r.finished_at),
+            drift_found: r.drift_found,
+            drift_repaired: r.drift_repaired,
+        }),
+        conditions: conditions(
+            verdicts(&facts),
+            &previous.conditions,
+            fs.metadata.generation,
+            now,
+        ),
+    };
+    if previous.state != status.state {
+        let from = previous
+            .state
+            .map_or("new".to_string(), |s| format!("{s:?}"));
+        let note = format!("{from} -> {:?}", decided.state);
+        publish(
+            ctx,
+            fs,
+            EventType::Normal,
+            "StateChanged",
+            "Transition",
+            note,
+        )
+        .await;
+    }
+    let api: Api<FlashSale> = Api::namespaced(ctx.client.clone(), &obs.config.sale.namespace);
+    let patch = serde_json::json!({
+        "apiVersion": FlashSale::api_version(&()),
+        "kind": FlashSale::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        &fs.name_any(),
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(patch),
+    )
+    .await
+    .map_err(Error::Status)?;
+    Ok(())
+}
+
+async fn publish(
+    ctx: &Context,
+    fs: &FlashSale,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: action.into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &fs.object_ref(&())).await {
+        tracing::warn!(error = %e, reason, "event not published");
+    }
+}
+
+/// How long a deleted sale waits for its orders to drain before its topics go.
+const DRAIN_ON_DELETE: Duration = Duration::from_secs(300);
+
+/// On delete: stop intake, let the orders drain (bounded), then remove the
+/// sale's Redis state and topics and mark its row deleted. Orders stay.
+async fn cleanup_deleted(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let config = sale_config(&fs, i64::from(fs.spec.stock), 1)?;
+    let sale = &config.sale;
+    let failed = |e: &dyn std::fmt::Display| Error::Finalizer(e.to_string());
+    let loaded = ctx
+        .store
+        .shards_with_meta(sale, config.shards)
+        .await
+        .map_err(|e| failed(&e))?;
+    if loaded > 0 {
+        let meta = config.meta(true, true, false);
+        ctx.store
+            .write_meta(sale, config.shards, &meta)
+            .await
+            .map_err(|e| failed(&e))?;
+    }
+    let deleted_for = fs
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .map(|t| Utc::now() - crate::context::to_chrono(t))
+        .and_then(|d| d.to_std().ok())
+        .unwrap_or_default();
+    let orders = topics::orders_topic(sale);
+    let lag = match flashsale_workload::bus::lag::LagReader::new(
+        &ctx.bootstrap,
+        &topics::consumer_group(sale),
+    ) {
+        Ok(reader) => reader.read(&orders).await.map(|l| l.total()).unwrap_or(0),
+        Err(_) => 0,
+    };
+    if lag > 0 && deleted_for < DRAIN_ON_DELETE {
+        publish(
+            &ctx,
+            &fs,
+            EventType::Normal,
+            "WaitingForDrain",
+            "Delete",
+            format!("{lag} orders still in the topic"),
+        )
+        .await;
+        return Ok(Requeue::requeue(Duration::from_secs(2)));
+    }
+    ctx.store
+        .delete(sale, config.shards)
+        .await
+        .map_err(|e| failed(&e))?;
+    ctx.admin
+        .delete_topics(&[&orders, &topics::dead_letter_topic(sale)])
+        .await
+        .map_err(|e| failed(&e))?;
+    sales::mark_deleted(&ctx.db, config.id)
+        .await
+        .map_err(|e| failed(&e))?;
+    ctx.forget_lag_reader(&config.id.to_string());
+    ctx.metrics.forget(&sale.to_string());
+    publish(
+        &ctx,
+        &fs,
+        EventType::Normal,
+        "Deleted",
+        "Delete",
+        "Redis state and topics removed; orders kept".into(),
+    )
+    .await;
+    Ok(Requeue::await_change())
+}
+
+/// The reconcile entry point: the finalizer helper around apply and cleanup.
+pub async fn reconcile(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let started = Instant::now();
+    ctx.metrics.reconciles.inc();
+    let namespace = fs.namespace().unwrap_or_default();
+    let api: Api<FlashSale> = Api::namespaced(ctx.client.clone(), &namespace);
+    let result = finalizer(&api, FINALIZER, fs.clone(), |event| async {
+        match event {
+            Finalizer::Apply(fs) => reconcile_sale(fs, ctx.clone()).await,
+            Finalizer::Cleanup(fs) => cleanup_deleted(fs, ctx.clone()).await,
+        }
+    })
+    .await
+    .map_err(|e| match e {
+        kube::runtime::finalizer::Error::ApplyFailed(e)
+        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+        other => Error::Finalizer(other.to_string()),
+    });
+    ctx.metrics
+        .duration
+        .observe(started.elapsed().as_secs_f64());
+    if let Err(e) = &result {
+        ctx.metrics
+            .errors
+            .get_or_create(&crate::metrics::ErrorLabels {
+                category: e.category().into(),
+            })
+            .inc();
+        tracing::warn!(sale = %format!("{namespace}/{}", fs.name_any()), category = e.category(), error = %e, "reconcile failed");
+        publish(
+            &ctx,
+            &fs,
+            EventType::Warning,
+            "ReconcileFailed",
+            e.category(),
+            e.to_string(),
+        )
+        .await;
+    }
+    result
+}
+
+/// An invalid resource waits for a change; anything else is retried soon.
+pub fn error_policy(_fs: Arc<FlashSale>, error: &Error, _ctx: Arc<Context>) -> Requeue {
+    match error {
+        Error::Invalid(_) => Requeue::requeue(Duration::from_secs(300)),
+        _ => Requeue::requeue(Duration::from_secs(5)),
+    }
+}
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run(
+    ctx: Arc<Context>,
+    namespace: Option<String>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = ctx.client.clone();
+    let (sales, deployments, jobs): (Api<FlashSale>, Api<Deployment>, Api<Job>) = match &namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client, ns),
+        ),
+        None => (
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client),
+        ),
+    };
+    let owned =
+        watcher::Config::default().labels("app.kubernetes.io/managed-by=flashsale-operator");
+    Controller::new(sales, watcher::Config::default())
+        .owns(deployments, owned.clone())
+        .owns(jobs, owned)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "reconcile did not complete");
+            }
+        })
+        .await;
+}

@@ -1,0 +1,194 @@
+//! Step one of a reconcile: read the resource's world — the database row,
+//! the topics, Redis, the consumer group's lag, the owned Deployment and Jobs,
+//! the last reconciliation — without changing anything.
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use flashsale_workload::bus::lag::LagReader;
+use flashsale_workload::bus::topics;
+use flashsale_workload::domain::sale::SaleConfig;
+use flashsale_workload::orders::reconciliation::{RunSummary, latest_run};
+use flashsale_workload::orders::sales;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use kube::Api;
+use kube::api::ListParams;
+
+use crate::context::{Context, InvalidSpec, sale_config};
+use crate::crd::FlashSale;
+use crate::plan::{JobPhase, Observed, RowFacts};
+use crate::resources::{JOB_INDEX_LABEL, JOB_KIND_LABEL, SALE_LABEL, consumers_name};
+
+/// A failed observation.
+#[derive(Debug, thiserror::Error)]
+pub enum ObserveError {
+    /// The resource cannot be acted on.
+    #[error(transparent)]
+    Invalid(#[from] InvalidSpec),
+    /// PostgreSQL.
+    #[error("failed to read the sale's row: {0}")]
+    Db(#[from] sqlx::Error),
+    /// Redis.
+    #[error("failed to read the sale's Redis state: {0}")]
+    Redis(#[from] flashsale_workload::redis::store::StoreError),
+    /// Kafka topics.
+    #[error("failed to read the sale's topics: {0}")]
+    Kafka(#[from] flashsale_workload::bus::admin::AdminError),
+    /// Kubernetes.
+    #[error("failed to read the sale's Deployment or Jobs: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// Everything a reconcile knows.
+pub struct Observation {
+    /// What the plan reads.
+    pub observed: Observed,
+    /// The sale as configured by its spec (stock and generation from the row, if any).
+    pub config: SaleConfig,
+    /// The row as stored, and the units persisted.
+    pub stored: Option<(SaleConfig, i64)>,
+    /// The consumer Deployment: (replicas, ready replicas).
+    pub deployment: Option<(i32, i32)>,
+    /// Partitions of the order topic (0 until created).
+    pub partitions: i32,
+    /// The last reconciliation run.
+    pub last_run: Option<RunSummary>,
+}
+
+fn job_phase(job: &Job) -> JobPhase {
+    let conditions = job.status.as_ref().and_then(|s| s.conditions.as_ref());
+    let has = |t: &str| {
+        conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == t && c.status == "True"))
+    };
+    if has("Complete") {
+        JobPhase::Succeeded
+    } else if has("Failed") {
+        JobPhase::Failed
+    } else {
+        JobPhase::Running
+    }
+}
+
+impl Context {
+    fn lag_reader(&self, uid: &str, group: &str) -> Option<Arc<LagReader>> {
+        let mut readers = self.lag_readers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(reader) = readers.get(uid) {
+            return Some(reader.clone());
+        }
+        let reader = Arc::new(LagReader::new(&self.bootstrap, group).ok()?);
+        readers.insert(uid.to_string(), reader.clone());
+        Some(reader)
+    }
+
+    /// Drops the sale's lag reader (its orders no longer flow).
+    pub fn forget_lag_reader(&self, uid: &str) {
+        self.lag_readers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(uid);
+    }
+}
+
+/// Reads everything about `fs`.
+pub async fn observe(ctx: &Context, fs: &FlashSale) -> Result<Observation, ObserveError> {
+    let now = Utc::now();
+    let spec_config = sale_config(fs, i64::from(fs.spec.stock), 1)?;
+    let stored = sales::find_by_id(&ctx.db, spec_config.id).await?;
+    let config = match &stored {
+        Some((row, _)) => SaleConfig {
+            stock: i64::from(fs.spec.stock),
+            generation: row.generation,
+            ..spec_config
+        },
+        None => spec_config,
+    };
+    let row = stored.as_ref().map(|(row, sold)| RowFacts {
+        stock: row.stock,
+        sold: *sold,
+        generation: row.generation,
+        matches_spec: row.sku == config.sku
+            && row.start == config.start
+            && row.end == config.end
+            && row.purchase_limit == config.purchase_limit
+            && row.shards == config.shards
+            && row.payment_timeout == config.payment_timeout,
+    });
+    let sale = &config.sale;
+    let (orders, dlq) = (topics::orders_topic(sale), topics::dead_letter_topic(sale));
+    let partitions = ctx.admin.partitions(&[&orders, &dlq]).await?;
+    let redis = ctx.store.loaded(sale, config.shards).await?;
+    let uid = config.id.to_string();
+    let lag = if partitions > 0 {
+        match ctx.lag_reader(&uid, &topics::consumer_group(sale)) {
+            Some(reader) => match reader.read(&orders).await {
+                Ok(lag) => Some(lag.total()),
+                Err(e) => {
+                    tracing::warn!(%sale, error = %e, "lag unreadable");
+                    None
+                }
+            },
+            None => None,
+        }
+    } else {
+        None
+    };
+
+    let namespace = sale.namespace.as_str();
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), namespace);
+    let owned = jobs
+        .list(&ListParams::default().labels(&format!("{SALE_LABEL}={}", sale.name)))
+        .await?;
+    let mut final_job = None;
+    let mut cleanup_job = None;
+    let mut periodic_job: Option<(u64, JobPhase)> = None;
+    for job in &owned.items {
+        let labels = job.metadata.labels.clone().unwrap_or_default();
+        let phase = job_phase(job);
+        match labels.get(JOB_KIND_LABEL).map(String::as_str) {
+            Some("final") => final_job = Some(phase),
+            Some("cleanup") => cleanup_job = Some(phase),
+            Some("periodic") => {
+                let index = labels
+                    .get(JOB_INDEX_LABEL)
+                    .and_then(|i| i.parse().ok())
+                    .unwrap_or_default();
+                if periodic_job.is_none_or(|(latest, _)| index > latest) {
+                    periodic_job = Some((index, phase));
+                }
+            }
+            _ => {}
+        }
+    }
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
+    let deployment = deployments
+        .get_opt(&consumers_name(&sale.name))
+        .await?
+        .map(|d| {
+            let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+            let ready = d
+                .status
+                .as_ref()
+                .and_then(|s| s.ready_replicas)
+                .unwrap_or(0);
+            (replicas, ready)
+        });
+    let last_run = latest_run(&ctx.db, config.id).await?;
+    Ok(Observation {
+        observed: Observed {
+            now,
+            row,
+            topics_ready: partitions > 0,
+            redis,
+            lag,
+            final_job,
+            cleanup_job,
+            periodic_job,
+        },
+        config,
+        stored,
+        deployment,
+        partitions,
+        last_run,
+    })
+}

@@ -1,0 +1,797 @@
+//! The lifecycle decision, pure: from the spec, what was observed and the
+//! time, which state the sale is in, what to do now and when to look again.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use flashsale_workload::domain::sale::{LoadedSale, SaleMeta};
+
+use crate::crd::SaleState;
+
+/// The instants that drive a sale's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeline {
+    /// start - warmup.leadTime.
+    pub warm_at: DateTime<Utc>,
+    /// First purchase instant.
+    pub start: DateTime<Utc>,
+    /// First instant after the window.
+    pub end: DateTime<Utc>,
+    /// end + cleanup.after (and not before the orders are drained).
+    pub cleanup_at: DateTime<Utc>,
+    /// Periodic reconciliation while live.
+    pub reconcile_every: Duration,
+    /// How often lag is read while orders may flow.
+    pub poll_every: Duration,
+}
+
+/// A Job's outcome so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobPhase {
+    /// Not finished.
+    Running,
+    /// Completed.
+    Succeeded,
+    /// Gave up (its backoff limit).
+    Failed,
+}
+
+/// The database row as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowFacts {
+    /// Units for sale.
+    pub stock: i64,
+    /// Units persisted in live orders.
+    pub sold: i64,
+    /// Stock generation.
+    pub generation: i64,
+    /// Whether window, limit and payment timeout match the spec.
+    pub matches_spec: bool,
+}
+
+/// Everything the plan looks at besides the spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    /// Now.
+    pub now: DateTime<Utc>,
+    /// The sale's row, if created.
+    pub row: Option<RowFacts>,
+    /// The order and dead-letter topics exist.
+    pub topics_ready: bool,
+    /// What Redis holds.
+    pub redis: LoadedSale,
+    /// The consumer group's lag, when readable.
+    pub lag: Option<i64>,
+    /// The final reconciliation Job.
+    pub final_job: Option<JobPhase>,
+    /// The cleanup Job.
+    pub cleanup_job: Option<JobPhase>,
+    /// The latest periodic reconciliation Job: its index and phase.
+    pub periodic_job: Option<(u64, JobPhase)>,
+}
+
+/// What the spec asks, as plain values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wanted {
+    /// spec.stock.
+    pub stock: i64,
+    /// spec.paused.
+    pub paused: bool,
+    /// The metadata every shard must hold once warmed: window, limit, kill
+    /// switch (spec.paused) and backpressure (from the scaling decision).
+    pub meta: SaleMeta,
+    /// Consumer replicas (from the scaling decision).
+    pub replicas: i32,
+    /// Next scaling revisit (end of a stabilization window).
+    pub scaling_check: Option<DateTime<Utc>>,
+}
+
+/// A Job the operator runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobKind {
+    /// The n-th periodic reconciliation while live.
+    Periodic(u64),
+    /// The reconciliation after the end.
+    Final,
+    /// Cleanup of the Redis state.
+    Cleanup,
+}
+
+/// One step the operator takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Create or update the sale's row with this stock.
+    SyncSaleRow {
+        /// The stock to store (the spec's, or the current one when a shrink is refused).
+        stock: i64,
+    },
+    /// Create the order and dead-letter topics.
+    EnsureTopics,
+    /// Load Redis from the database, verify, open.
+    Warm,
+    /// Apply the row's stock generation to Redis.
+    Restock,
+    /// Write the metadata (kill switch, backpressure, window, limit) to every shard.
+    WriteMeta(SaleMeta),
+    /// Server-side apply the consumer Deployment with this many replicas.
+    ApplyConsumers {
+        /// Replicas.
+        replicas: i32,
+    },
+    /// Remove the consumer Deployment (the sale is over).
+    DeleteConsumers,
+    /// Start a Job.
+    StartJob(JobKind),
+}
+
+/// Why a change in the spec was not applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// The stock asked for is below the units already sold.
+    StockBelowSold {
+        /// Asked for.
+        asked: i64,
+        /// Units accepted so far.
+        sold: i64,
+    },
+}
+
+/// The decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Lifecycle state.
+    pub state: SaleState,
+    /// Steps, in order.
+    pub actions: Vec<Action>,
+    /// When to look again.
+    pub wake_in: Duration,
+    /// A refused change, surfaced as a condition.
+    pub refused: Option<Refused>,
+}
+
+/// Units accepted so far: what Redis handed out (once warmed), else what the
+/// database persisted.
+pub fn accepted_units(observed: &Observed) -> i64 {
+    match (
+        observed.redis.warmed(),
+        observed.redis.stock_total,
+        &observed.row,
+    ) {
+        (true, Some(total), _) => total - observed.redis.remaining(),
+        (_, _, Some(row)) => row.sold,
+        _ => 0,
+    }
+}
+
+const HEARTBEAT: Duration = Duration::from_secs(60);
+const JOB_POLL: Duration = Duration::from_secs(2);
+
+/// Decides what to do at `observed.now`.
+pub fn plan(timeline: &Timeline, wanted: &Wanted, observed: &Observed) -> Plan {
+    let now = observed.now;
+    let mut actions = Vec::new();
+    let mut wakes: Vec<DateTime<Utc>> = Vec::new();
+    let after = |d: Duration| now + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
+
+    // The stock asked for, unless it would go below what is sold.
+    let sold = accepted_units(observed);
+    let (stock, refused) = match observed.row {
+        Some(row) if wanted.stock < sold => (
+            row.stock,
+            Some(Refused::StockBelowSold {
+                asked: wanted.stock,
+                sold,
+            }),
+        ),
+        _ => (wanted.stock, None),
+    };
+    let row_current = observed
+        .row
+        .is_some_and(|row| row.stock == stock && row.matches_spec);
+    if !row_current {
+        actions.push(Action::SyncSaleRow { stock });
+    }
+    if !observed.topics_ready {
+        actions.push(Action::EnsureTopics);
+    }
+    let ready_to_warm = observed.row.is_some() && row_current && observed.topics_ready;
+    let warmed = observed.redis.warmed();
+    let loaded_now = observed.redis.metas.iter().any(Option::is_some);
+    let cleaned = observed.cleanup_job == Some(JobPhase::Succeeded) && !loaded_now;
+
+    let state = if now < timeline.end {
+        if !warmed {
+            if now < timeline.warm_at {
+                wakes.push(timeline.warm_at);
+                SaleState::Scheduled
+            } else {
+                if ready_to_warm {
+                    actions.push(Action::Warm);
+                }
+                wakes.push(after(Duration::from_secs(1)));
+                SaleState::Warming
+            }
+        } else {
+            live_actions(wanted, observed, &mut actions);
+            wakes.push(timeline.end);
+            if now < timeline.start {
+                wakes.push(timeline.start);
+                if wanted.paused {
+                    SaleState::Paused
+                } else {
+                    SaleState::Warm
+                }
+            } else {
+                wakes.push(after(timeline.poll_every));
+                let index = periodic_index(timeline, now);
+                if index > 0 {
+                    match observed.periodic_job {
+                        Some((_, JobPhase::Running)) => {}
+                        Some((latest, _)) if latest >= index => {}
+                        _ => actions.push(Action::StartJob(JobKind::Periodic(index))),
+                    }
+                }
+                wakes.push(periodic_due(timeline, index + 1));
+                if wanted.paused {
+                    SaleState::Paused
+                } else if observed.redis.remaining() <= 0 {
+                    SaleState::SoldOut
+                } else {
+                    SaleState::Live
+                }
+            }
+        }
+    } else if cleaned {
+        SaleState::Completed
+    } else {
+        if warmed || loaded_now {
+            // Keep the kill switch and backpressure true until cleanup.
+            live_actions(wanted, observed, &mut actions);
+        }
+        match (observed.final_job, observed.cleanup_job) {
+            (_, Some(JobPhase::Running)) => {
+                wakes.push(after(JOB_POLL));
+                SaleState::CleaningUp
+            }
+            (None, _) if loaded_now => {
+                actions.push(Action::StartJob(JobKind::Final));
+                wakes.push(after(JOB_POLL));
+                SaleState::Ended
+            }
+            (Some(JobPhase::Running), _) => {
+                wakes.push(after(JOB_POLL));
+                SaleState::Ended
+            }
+            (Some(JobPhase::Failed), _) => SaleState::Failed,
+            (_, Some(JobPhase::Failed)) => SaleState::Failed,
+            _ => {
+                // The final reconciliation is done (or nothing was ever loaded).
+                if now < timeline.cleanup_at {
+                    wakes.push(timeline.cleanup_at);
+                    SaleState::Ended
+                } else if observed.lag.is_some_and(|lag| lag == 0) || !loaded_now {
+                    actions.push(Action::StartJob(JobKind::Cleanup));
+                    wakes.push(after(JOB_POLL));
+                    SaleState::CleaningUp
+                } else {
+                    wakes.push(after(timeline.poll_every));
+                    SaleState::Ended
+                }
+            }
+        }
+    };
+
+    if state == SaleState::Completed {
+        actions.push(Action::DeleteConsumers);
+    } else {
+        actions.push(Action::ApplyConsumers {
+            replicas: wanted.replicas,
+        });
+        if let Some(check) = wanted.scaling_check {
+            wakes.push(check);
+        }
+    }
+    let next = wakes.into_iter().filter(|w| *w > now).min();
+    let wake_in = next
+        .and_then(|w| (w - now).to_std().ok())
+        .unwrap_or(HEARTBEAT)
+        .min(HEARTBEAT);
+    Plan {
+        state,
+        actions,
+        wake_in,
+        refused,
+    }
+}
+
+/// Steps while Redis holds the sale: metadata in step with the spec, stock
+/// changes applied.
+fn live_actions(wanted: &Wanted, observed: &Observed, actions: &mut Vec<Action>) {
+    if let Some(row) = observed.row
+        && observed
+            .redis
+            .generation
+            .is_some_and(|g| g < row.generation)
+    {
+        actions.push(Action::Restock);
+    }
+    if !observed.redis.metas.iter().all(|m| *m == Some(wanted.meta)) {
+        actions.push(Action::WriteMeta(wanted.meta));
+    }
+}
+
+/// How many reconciliation intervals have passed since the start.
+pub fn periodic_index(timeline: &Timeline, now: DateTime<Utc>) -> u64 {
+    let every = timeline.reconcile_every.as_millis().max(1) as i64;
+    let since = (now - timeline.start).num_milliseconds();
+    if since < 0 { 0 } else { (since / every) as u64 }
+}
+
+fn periodic_due(timeline: &Timeline, index: u64) -> DateTime<Utc> {
+    let every = timeline.reconcile_every.as_millis() as i64;
+    timeline.start + chrono::Duration::milliseconds(every.saturating_mul(index as i64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WARM_AT: i64 = 1_000;
+    const START: i64 = 1_600;
+    const END: i64 = 2_200;
+    const CLEANUP_AT: i64 = 4_000;
+
+    fn t(secs: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(secs, 0).unwrap()
+    }
+
+    fn timeline() -> Timeline {
+        Timeline {
+            warm_at: t(WARM_AT),
+            start: t(START),
+            end: t(END),
+            cleanup_at: t(CLEANUP_AT),
+            reconcile_every: Duration::from_secs(200),
+            poll_every: Duration::from_secs(2),
+        }
+    }
+
+    fn meta(paused: bool, busy: bool) -> SaleMeta {
+        SaleMeta {
+            warmed: true,
+            paused,
+            busy,
+            start_ms: START * 1000,
+            end_ms: END * 1000,
+            limit: 2,
+        }
+    }
+
+    fn wanted() -> Wanted {
+        Wanted {
+            stock: 100,
+            paused: false,
+            meta: meta(false, false),
+            replicas: 1,
+            scaling_check: None,
+        }
+    }
+
+    fn row() -> RowFacts {
+        RowFacts {
+            stock: 100,
+            sold: 0,
+            generation: 1,
+            matches_spec: true,
+        }
+    }
+
+    fn warm_redis(remaining: i64) -> LoadedSale {
+        LoadedSale {
+            stocks: vec![remaining],
+            metas: vec![Some(meta(false, false))],
+            stock_total: Some(100),
+            generation: Some(1),
+        }
+    }
+
+    fn cold_redis() -> LoadedSale {
+        LoadedSale {
+            stocks: vec![0],
+            metas: vec![None],
+            stock_total: None,
+            generation: None,
+        }
+    }
+
+    fn observed(now: i64) -> Observed {
+        Observed {
+            now: t(now),
+            row: Some(row()),
+            topics_ready: true,
+            redis: if now >= WARM_AT {
+                warm_redis(60)
+            } else {
+                cold_redis()
+            },
+            lag: Some(0),
+            final_job: None,
+            cleanup_job: None,
+            periodic_job: None,
+        }
+    }
+
+    fn steps(p: &Plan) -> Vec<Action> {
+        p.actions
+            .iter()
+            .copied()
+            .filter(|a| !matches!(a, Action::ApplyConsumers { .. }))
+            .collect()
+    }
+
+    #[test]
+    fn a_new_sale_creates_its_row_and_topics_and_waits_for_warm_up() {
+        let o = Observed {
+            row: None,
+            topics_ready: false,
+            ..observed(0)
+        };
+        let p = plan(&timeline(), &wanted(), &o);
+        assert_eq!(p.state, SaleState::Scheduled);
+        assert_eq!(
+            steps(&p),
+            vec![Action::SyncSaleRow { stock: 100 }, Action::EnsureTopics]
+        );
+        assert!(p.actions.contains(&Action::ApplyConsumers { replicas: 1 }));
+        assert_eq!(
+            p.wake_in, HEARTBEAT,
+            "warm-up is far: the heartbeat comes first"
+        );
+    }
+
+    #[test]
+    fn clock_edges_of_the_lifecycle() {
+        let cold = |now| Observed {
+            redis: cold_redis(),
+            ..observed(now)
+        };
+        let rows: Vec<(&str, Observed, SaleState, Vec<Action>, Duration)> = vec![
+            (
+                "one second before warm-up",
+                cold(WARM_AT - 1),
+                SaleState::Scheduled,
+                vec![],
+                Duration::from_secs(1),
+            ),
+            (
+                "at warm-up",
+                cold(WARM_AT),
+                SaleState::Warming,
+                vec![Action::Warm],
+                Duration::from_secs(1),
+            ),
+            (
+                "warm, just before start",
+                observed(START - 1),
+                SaleState::Warm,
+                vec![],
+                Duration::from_secs(1),
+            ),
+            (
+                "at start",
+                observed(START),
+                SaleState::Live,
+                vec![],
+                Duration::from_secs(2),
+            ),
+            (
+                "just before end",
+                observed(END - 1),
+                SaleState::Live,
+                vec![Action::StartJob(JobKind::Periodic(2))],
+                Duration::from_secs(1),
+            ),
+            (
+                "at end",
+                observed(END),
+                SaleState::Ended,
+                vec![Action::StartJob(JobKind::Final)],
+                JOB_POLL,
+            ),
+        ];
+        for (what, o, state, actions, wake) in rows {
+            let p = plan(&timeline(), &wanted(), &o);
+            assert_eq!(p.state, state, "{what}");
+            assert_eq!(steps(&p), actions, "{what}");
+            assert_eq!(p.wake_in, wake, "{what}");
+        }
+    }
+
+    #[test]
+    fn warm_up_waits_for_the_row_and_topics() {
+        let o = Observed {
+            redis: cold_redis(),
+            topics_ready: false,
+            ..observed(WARM_AT)
+        };
+        let p = plan(&timeline(), &wanted(), &o);
+        assert_eq!(
+            steps(&p),
+            vec![Action::EnsureTopics],
+            "no warm before the topics exist"
+        );
+        let o = Observed {
+            redis: cold_redis(),
+            row: Some(RowFacts {
+                matches_spec: false,
+                ..row()
+            }),
+            ..observed(WARM_AT)
+        };
+        assert_eq!(
+            steps(&plan(&timeline(), &wanted(), &o)),
+            vec![Action::SyncSaleRow { stock: 100 }]
+        );
+    }
+
+    #[test]
+    fn a_sale_created_late_warms_at_once() {
+        let o = Observed {
+            redis: cold_redis(),
+            ..observed(START + 10)
+        };
+        let p = plan(&timeline(), &wanted(), &o);
+        assert_eq!(
+            (p.state, steps(&p)),
+            (SaleState::Warming, vec![Action::Warm])
+        );
+    }
+
+    #[test]
+    fn kill_switch_and_backpressure_reach_every_shard() {
+        let paused = Wanted {
+            paused: true,
+            meta: meta(true, false),
+            ..wanted()
+        };
+        let p = plan(&timeline(), &paused, &observed(START + 5));
+        assert_eq!(p.state, SaleState::Paused);
+        assert_eq!(steps(&p), vec![Action::WriteMeta(meta(true, false))]);
+        let busy = Wanted {
+            meta: meta(false, true),
+            ..wanted()
+        };
+        assert_eq!(
+            steps(&plan(&timeline(), &busy, &observed(START + 5))),
+            vec![Action::WriteMeta(meta(false, true))]
+        );
+        // Paused before the start shows Paused too.
+        assert_eq!(
+            plan(&timeline(), &paused, &observed(START - 5)).state,
+            SaleState::Paused
+        );
+    }
+
+    #[test]
+    fn sold_out_while_live() {
+        let o = Observed {
+            redis: warm_redis(0),
+            ..observed(START + 5)
+        };
+        assert_eq!(plan(&timeline(), &wanted(), &o).state, SaleState::SoldOut);
+    }
+
+    #[test]
+    fn restock_and_refused_shrink() {
+        // The row moved to generation 2 (restock): Redis must follow.
+        let restocked = Observed {
+            row: Some(RowFacts {
+                stock: 150,
+                generation: 2,
+                ..row()
+            }),
+            ..observed(START + 5)
+        };
+        let p = plan(
+            &timeline(),
+            &Wanted {
+                stock: 150,
+                ..wanted()
+            },
+            &restocked,
+        );
+        assert_eq!(steps(&p), vec![Action::Restock]);
+        // 100 units, 60 left: 40 sold. Shrinking to 30 is refused, to 40 is fine.
+        let p = plan(
+            &timeline(),
+            &Wanted {
+                stock: 30,
+                ..wanted()
+            },
+            &observed(START + 5),
+        );
+        assert_eq!(
+            p.refused,
+            Some(Refused::StockBelowSold {
+                asked: 30,
+                sold: 40
+            })
+        );
+        assert_eq!(steps(&p), vec![], "the row keeps its stock");
+        let p = plan(
+            &timeline(),
+            &Wanted {
+                stock: 40,
+                ..wanted()
+            },
+            &observed(START + 5),
+        );
+        assert_eq!(
+            (p.refused.clone(), steps(&p)),
+            (None, vec![Action::SyncSaleRow { stock: 40 }])
+        );
+    }
+
+    #[test]
+    fn periodic_reconciliation_every_interval_one_at_a_time() {
+        let at = |now, periodic| Observed {
+            periodic_job: periodic,
+            ..observed(now)
+        };
+        let run = |o: &Observed| steps(&plan(&timeline(), &wanted(), o));
+        assert_eq!(
+            run(&at(START + 199, None)),
+            vec![],
+            "not before the first interval"
+        );
+        assert_eq!(
+            run(&at(START + 200, None)),
+            vec![Action::StartJob(JobKind::Periodic(1))]
+        );
+        assert_eq!(run(&at(START + 210, Some((1, JobPhase::Running)))), vec![]);
+        assert_eq!(
+            run(&at(START + 300, Some((1, JobPhase::Succeeded)))),
+            vec![],
+            "#1 done, #2 not due"
+        );
+        assert_eq!(
+            run(&at(START + 400, Some((1, JobPhase::Succeeded)))),
+            vec![Action::StartJob(JobKind::Periodic(2))]
+        );
+        assert_eq!(
+            run(&at(START + 400, Some((1, JobPhase::Running)))),
+            vec![],
+            "never two at once"
+        );
+        let p = plan(
+            &timeline(),
+            &wanted(),
+            &at(START + 399, Some((1, JobPhase::Succeeded))),
+        );
+        assert_eq!(p.wake_in, Duration::from_secs(1), "wakes for the next one");
+    }
+
+    #[test]
+    fn after_the_end_final_reconciliation_then_cleanup_once_drained() {
+        let after = |now, final_job, cleanup_job, lag| Observed {
+            final_job,
+            cleanup_job,
+            lag,
+            ..observed(now)
+        };
+        let s = |o: &Observed| {
+            let p = plan(&timeline(), &wanted(), o);
+            (p.state, steps(&p))
+        };
+        use JobPhase::*;
+        assert_eq!(
+            s(&after(END + 1, Some(Running), None, Some(5))),
+            (SaleState::Ended, vec![])
+        );
+        assert_eq!(
+            s(&after(END + 1, Some(Succeeded), None, Some(0))),
+            (SaleState::Ended, vec![])
+        );
+        assert_eq!(
+            s(&after(CLEANUP_AT - 1, Some(Succeeded), None, Some(0))),
+            (SaleState::Ended, vec![])
+        );
+        assert_eq!(
+            s(&after(CLEANUP_AT, Some(Succeeded), None, Some(3))),
+            (SaleState::Ended, vec![]),
+            "not drained"
+        );
+        assert_eq!(
+            s(&after(CLEANUP_AT, Some(Succeeded), None, None)),
+            (SaleState::Ended, vec![]),
+            "lag unknown"
+        );
+        assert_eq!(
+            s(&after(CLEANUP_AT, Some(Succeeded), None, Some(0))),
+            (
+                SaleState::CleaningUp,
+                vec![Action::StartJob(JobKind::Cleanup)]
+            )
+        );
+        assert_eq!(
+            s(&after(
+                CLEANUP_AT + 5,
+                Some(Succeeded),
+                Some(Running),
+                Some(0)
+            )),
+            (SaleState::CleaningUp, vec![])
+        );
+        let done = Observed {
+            redis: cold_redis(),
+            ..after(CLEANUP_AT + 9, Some(Succeeded), Some(Succeeded), Some(0))
+        };
+        assert_eq!(
+            s(&done),
+            (SaleState::Completed, vec![Action::DeleteConsumers])
+        );
+        assert_eq!(
+            s(&after(END + 5, Some(Failed), None, Some(0))).0,
+            SaleState::Failed
+        );
+        // Cleanup finished but Redis still holds the sale: not completed.
+        assert_eq!(
+            s(&after(
+                CLEANUP_AT + 9,
+                Some(Succeeded),
+                Some(Succeeded),
+                Some(0)
+            ))
+            .0,
+            SaleState::CleaningUp
+        );
+    }
+
+    #[test]
+    fn a_sale_never_warmed_that_ended_is_cleaned_up_without_reconciliation() {
+        let o = Observed {
+            redis: cold_redis(),
+            ..observed(CLEANUP_AT)
+        };
+        let p = plan(&timeline(), &wanted(), &o);
+        assert_eq!(
+            (p.state, steps(&p)),
+            (
+                SaleState::CleaningUp,
+                vec![Action::StartJob(JobKind::Cleanup)]
+            )
+        );
+    }
+
+    #[test]
+    fn scaling_revisits_and_wake_ups_are_bounded() {
+        let w = Wanted {
+            scaling_check: Some(t(START + 30)),
+            ..wanted()
+        };
+        let p = plan(&timeline(), &w, &observed(START - 100));
+        assert_eq!(
+            p.wake_in,
+            Duration::from_secs(60),
+            "never sleeps past the heartbeat"
+        );
+        let p = plan(
+            &timeline(),
+            &Wanted { replicas: 7, ..w },
+            &observed(START + 29),
+        );
+        assert_eq!(p.wake_in, Duration::from_secs(1));
+        assert!(p.actions.contains(&Action::ApplyConsumers { replicas: 7 }));
+    }
+
+    #[test]
+    fn accepted_units_come_from_redis_once_warmed() {
+        assert_eq!(accepted_units(&observed(START)), 40);
+        let cold = Observed {
+            redis: cold_redis(),
+            row: Some(RowFacts { sold: 7, ..row() }),
+            ..observed(0)
+        };
+        assert_eq!(accepted_units(&cold), 7);
+    }
+}

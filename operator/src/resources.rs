@@ -1,0 +1,344 @@
+//! Pure builders of what the operator owns in Kubernetes: the sale's consumer
+//! Deployment and its reconciliation and cleanup Jobs.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, EnvVar, HTTPGetAction, PodSecurityContext, PodSpec, PodTemplateSpec,
+    Probe, ResourceRequirements, SecurityContext,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::Resource;
+use kube::api::ObjectMeta;
+
+use crate::crd::FlashSale;
+use crate::plan::JobKind;
+
+/// Label naming the sale an object belongs to.
+pub const SALE_LABEL: &str = "flashsale.dev/sale";
+/// Label naming a Job's kind: periodic, final or cleanup.
+pub const JOB_KIND_LABEL: &str = "flashsale.dev/job";
+/// Label holding a periodic Job's index.
+pub const JOB_INDEX_LABEL: &str = "flashsale.dev/index";
+
+/// How the operator runs the workload image, from its own configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkloadSettings {
+    /// The `flashsale` image.
+    pub image: String,
+    /// Its pull policy (IfNotPresent: images may be imported, not pulled).
+    pub pull_policy: String,
+    /// Redis as pods reach it.
+    pub redis: String,
+    /// PostgreSQL as pods reach it.
+    pub database_url: String,
+    /// Kafka as pods reach it.
+    pub kafka: String,
+    /// Consumer container requests and limits: (cpu request, memory request, memory limit).
+    pub consumer_resources: (String, String, String),
+    /// The reconcile job's minimum reservation age (the API's produce timeout at least).
+    pub reservation_min_age: String,
+}
+
+/// The consumer Deployment's name.
+pub fn consumers_name(sale: &str) -> String {
+    format!("{sale}-consumers")
+}
+
+/// A Job's name: one per periodic index, one final reconciliation, one cleanup.
+pub fn job_name(sale: &str, kind: JobKind) -> String {
+    match kind {
+        JobKind::Periodic(index) => format!("{sale}-reconcile-{index}"),
+        JobKind::Final => format!("{sale}-final-reconcile"),
+        JobKind::Cleanup => format!("{sale}-cleanup"),
+    }
+}
+
+fn labels(fs: &FlashSale, component: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".into(), "flashsale".into()),
+        ("app.kubernetes.io/component".into(), component.into()),
+        (
+            "app.kubernetes.io/managed-by".into(),
+            "flashsale-operator".into(),
+        ),
+        (
+            SALE_LABEL.into(),
+            fs.metadata.name.clone().unwrap_or_default(),
+        ),
+    ])
+}
+
+fn metadata(fs: &FlashSale, name: String, labels: BTreeMap<String, String>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: fs.metadata.namespace.clone(),
+        labels: Some(labels),
+        owner_references: fs.controller_owner_ref(&()).map(|r| vec![r]),
+        ..ObjectMeta::default()
+    }
+}
+
+fn env(fs: &FlashSale, settings: &WorkloadSettings) -> Vec<EnvVar> {
+    let var = |name: &str, value: &str| EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        value_from: None,
+    };
+    vec![
+        var(
+            "FLASHSALE_NAMESPACE",
+            fs.metadata.namespace.as_deref().unwrap_or_default(),
+        ),
+        var(
+            "FLASHSALE_SALE",
+            fs.metadata.name.as_deref().unwrap_or_default(),
+        ),
+        var("FLASHSALE_REDIS", &settings.redis),
+        var("DATABASE_URL", &settings.database_url),
+        var("KAFKA_BOOTSTRAP", &settings.kafka),
+        var("FLASHSALE_LOG_FORMAT", "json"),
+        var("RUST_LOG", "info"),
+    ]
+}
+
+/// Runs as nobody, read-only root, no privilege: the binaries need none.
+fn hardened() -> (Option<PodSecurityContext>, Option<SecurityContext>) {
+    (
+        Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(65534),
+            ..PodSecurityContext::default()
+        }),
+        Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            ..SecurityContext::default()
+        }),
+    )
+}
+
+fn container(fs: &FlashSale, settings: &WorkloadSettings, name: &str, args: &[&str]) -> Container {
+    Container {
+        name: name.into(),
+        image: Some(settings.image.clone()),
+        image_pull_policy: Some(settings.pull_policy.clone()),
+        args: Some(args.iter().map(|a| a.to_string()).collect()),
+        env: Some(env(fs, settings)),
+        security_context: hardened().1,
+        ..Container::default()
+    }
+}
+
+/// The sale's consumer Deployment (replicas are set through the scale
+/// subresource, not here, so the scaling loop owns them).
+pub fn consumer_deployment(fs: &FlashSale, settings: &WorkloadSettings) -> Deployment {
+    let name = fs.metadata.name.clone().unwrap_or_default();
+    let labels = labels(fs, "consumer");
+    let (cpu, memory, memory_limit) = &settings.consumer_resources;
+    let mut consumer = container(
+        fs,
+        settings,
+        "consumer",
+        &["consumer", "--metrics-listen", "0.0.0.0:9090"],
+    );
+    consumer.ports = Some(vec![ContainerPort {
+        name: Some("metrics".into()),
+        container_port: 9090,
+        ..ContainerPort::default()
+    }]);
+    consumer.resources = Some(ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".into(), Quantity(cpu.clone())),
+            ("memory".into(), Quantity(memory.clone())),
+        ])),
+        limits: Some(BTreeMap::from([(
+            "memory".into(),
+            Quantity(memory_limit.clone()),
+        )])),
+        ..ResourceRequirements::default()
+    });
+    let health = Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some("/healthz".into()),
+            port: IntOrString::String("metrics".into()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(10),
+        ..Probe::default()
+    };
+    consumer.liveness_probe = Some(health.clone());
+    consumer.readiness_probe = Some(Probe {
+        period_seconds: Some(2),
+        ..health
+    });
+    Deployment {
+        metadata: metadata(fs, consumers_name(&name), labels.clone()),
+        spec: Some(DeploymentSpec {
+            selector: LabelSelector {
+                match_labels: Some(labels.clone()),
+                ..LabelSelector::default()
+            },
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".into()),
+                ..DeploymentStrategy::default()
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![consumer],
+                    security_context: hardened().0,
+                    termination_grace_period_seconds: Some(30),
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        ..Deployment::default()
+    }
+}
+
+/// A reconciliation or cleanup Job.
+pub fn job(fs: &FlashSale, settings: &WorkloadSettings, kind: JobKind) -> Job {
+    let name = fs.metadata.name.clone().unwrap_or_default();
+    let (component, kind_label, args, ttl) = match kind {
+        JobKind::Periodic(_) => (
+            "reconcile",
+            "periodic",
+            vec!["job", "reconcile"],
+            Some(3600),
+        ),
+        JobKind::Final => ("reconcile", "final", vec!["job", "reconcile"], None),
+        JobKind::Cleanup => ("cleanup", "cleanup", vec!["job", "cleanup"], None),
+    };
+    let mut labels = labels(fs, component);
+    labels.insert(JOB_KIND_LABEL.into(), kind_label.into());
+    if let JobKind::Periodic(index) = kind {
+        labels.insert(JOB_INDEX_LABEL.into(), index.to_string());
+    }
+    let mut args = args;
+    args.extend([
+        "--reservation-min-age",
+        settings.reservation_min_age.as_str(),
+    ]);
+    Job {
+        metadata: metadata(fs, job_name(&name, kind), labels.clone()),
+        spec: Some(JobSpec {
+            backoff_limit: Some(3),
+            ttl_seconds_after_finished: ttl,
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![container(fs, settings, component, &args)],
+                    restart_policy: Some("Never".into()),
+                    security_context: hardened().0,
+                    ..PodSpec::default()
+                }),
+            },
+            ..JobSpec::default()
+        }),
+        ..Job::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::FlashSaleSpec;
+
+    fn sale() -> FlashSale {
+        let spec: FlashSaleSpec = serde_json::from_value(serde_json::json!({
+            "sku": "SKU-1", "stock": 10,
+            "window": {"start": "2026-12-12T00:00:00Z", "end": "2026-12-12T00:10:00Z"}
+        }))
+        .unwrap();
+        let mut fs = FlashSale::new("drop", spec);
+        fs.metadata.namespace = Some("shop".into());
+        fs.metadata.uid = Some("6a1f0e1e-0000-7000-8000-000000000001".into());
+        fs
+    }
+
+    fn settings() -> WorkloadSettings {
+        WorkloadSettings {
+            image: "docker.io/flashsale/flashsale:test".into(),
+            pull_policy: "IfNotPresent".into(),
+            redis: "redis://198.18.0.1:16379".into(),
+            database_url: "postgres://postgres@198.18.0.1:15432/flashsale".into(),
+            kafka: "198.18.0.1:19094".into(),
+            consumer_resources: ("100m".into(), "64Mi".into(), "256Mi".into()),
+            reservation_min_age: "30s".into(),
+        }
+    }
+
+    #[test]
+    fn consumer_deployment_is_owned_labelled_and_hardened() {
+        let d = consumer_deployment(&sale(), &settings());
+        assert_eq!(d.metadata.name.as_deref(), Some("drop-consumers"));
+        assert_eq!(d.metadata.namespace.as_deref(), Some("shop"));
+        let owner = &d.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("FlashSale", Some(true))
+        );
+        let spec = d.spec.unwrap();
+        assert_eq!(
+            spec.replicas, None,
+            "replicas belong to the scale subresource"
+        );
+        let pod = spec.template.spec.unwrap();
+        let c = &pod.containers[0];
+        assert_eq!(c.args.as_ref().unwrap()[0], "consumer");
+        assert_eq!(c.image_pull_policy.as_deref(), Some("IfNotPresent"));
+        let env: BTreeMap<_, _> = c
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|e| (e.name.as_str(), e.value.clone().unwrap()))
+            .collect();
+        assert_eq!(env["FLASHSALE_SALE"], "drop");
+        assert_eq!(env["KAFKA_BOOTSTRAP"], "198.18.0.1:19094");
+        assert_eq!(pod.security_context.unwrap().run_as_non_root, Some(true));
+        assert_eq!(spec.selector.match_labels.unwrap()[SALE_LABEL], "drop");
+    }
+
+    #[test]
+    fn jobs_have_stable_names_and_kinds() {
+        let cases = [
+            (
+                JobKind::Periodic(3),
+                "drop-reconcile-3",
+                "periodic",
+                "reconcile",
+            ),
+            (JobKind::Final, "drop-final-reconcile", "final", "reconcile"),
+            (JobKind::Cleanup, "drop-cleanup", "cleanup", "cleanup"),
+        ];
+        for (kind, name, label, subcommand) in cases {
+            let j = job(&sale(), &settings(), kind);
+            assert_eq!(j.metadata.name.as_deref(), Some(name));
+            assert_eq!(j.metadata.labels.as_ref().unwrap()[JOB_KIND_LABEL], label);
+            let pod = j.spec.unwrap().template.spec.unwrap();
+            assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+            let args = pod.containers[0].args.clone().unwrap();
+            assert_eq!(&args[..2], &["job".to_string(), subcommand.to_string()]);
+        }
+        assert_eq!(
+            job(&sale(), &settings(), JobKind::Periodic(7))
+                .metadata
+                .labels
+                .unwrap()[JOB_INDEX_LABEL],
+            "7"
+        );
+    }
+}
