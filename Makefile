@@ -6,7 +6,7 @@ RUN ?= $(CURDIR)/.run
 export FLASHSALE_RUN := $(RUN)
 ENV := . $(RUN)/env &&
 
-.PHONY: help demo test up down status clean build build-tests lint crds check-crds bench
+.PHONY: help demo test up down status clean build build-tests test-images crds check-crds bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -17,7 +17,7 @@ demo: ## bring up the stack and run a live sale end to end, narrated
 
 test: ## install and start everything the tests need, then lint and pass them all
 	@$(MAKE) --no-print-directory -j2 up build-tests
-	@$(MAKE) --no-print-directory check-crds
+	@$(MAKE) --no-print-directory test-images check-crds
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets --locked -- -D warnings
 	$(ENV) cargo test --workspace --locked --no-fail-fast
@@ -39,6 +39,9 @@ build: ## build the binaries
 
 build-tests: ## compile the tests without running them
 	cargo test --workspace --locked --no-run
+
+test-images: ## import the debug build as docker.io/flashsale/flashsale:dev into the node
+	@e2e/stack/image.sh flashsale dev target/debug/flashsale >/dev/null
 
 crds: ## regenerate crds/ from the Rust types
 	cargo run --quiet --locked -p flashsale-operator --bin crdgen > crds/flashsale.yaml

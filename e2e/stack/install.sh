@@ -2,6 +2,7 @@
 # Installs the Debian packages the stack runs on. Only what is missing is
 # installed, so a warm machine pays nothing. Services the packages would start
 # on their default ports are held back: the stack runs its own, on its own ports.
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 PACKAGES=(
@@ -10,6 +11,7 @@ PACKAGES=(
   kcat                            # Kafka metadata probe
   openssl iproute2 iptables conntrack
   containerd runc containernetworking-plugins   # the cluster node
+  gcc libc6-dev python3           # its pause and probe images (node/*.c, oci-image.py)
   pkg-config zlib1g-dev           # builds the bundled librdkafka
   maven
 )

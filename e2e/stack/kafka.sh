@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Apache Kafka (KRaft, one node acting as broker and controller) on
 # $KAFKA_PORT, from jars gathered off Maven Central. Usage: kafka.sh up|down|status
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 KAFKA_DATA=$RUN_DIR/kafka
@@ -68,6 +69,11 @@ metadata_ok() { kcat -b "127.0.0.1:$KAFKA_PORT" -L -m 2 2>/dev/null | grep -q '1
 
 up() {
   install_jars
+  # Started before the bridge existed: restart it with the BRIDGE listener.
+  if is_running kafka && bridge_up && ! listening "$BRIDGE_IP" "$KAFKA_BRIDGE_PORT"; then
+    log "kafka has no listener on $BRIDGE_IP, restarting it"
+    stop_pid kafka
+  fi
   if is_running kafka; then
     log "kafka already running"
     return 0

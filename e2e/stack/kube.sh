@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # A real local Kubernetes control plane: etcd, kube-apiserver,
-# kube-controller-manager and kube-scheduler, all on loopback.
+# kube-controller-manager and kube-scheduler. All on loopback except the
+# apiserver, which serves on the test bridge ($APISERVER_URL), the one
+# address both the host and the pods reach (bridge.sh makes it).
 #
 #   kube.sh up       build what is missing, create the PKI and kubeconfigs
 #                    once, start what is not running, wait until ready
@@ -11,12 +13,10 @@
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-PKI=$RUN_DIR/pki
 KUBECONFIG_ADMIN=$RUN_DIR/kubeconfig
 KUBECONFIG_KCM=$RUN_DIR/kube-controller-manager.kubeconfig
 KUBECONFIG_SCHED=$RUN_DIR/kube-scheduler.kubeconfig
 ETCD_DATA=$RUN_DIR/etcd
-APISERVER_URL=https://127.0.0.1:$APISERVER_PORT
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler)
 
 kubectl() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
@@ -29,34 +29,6 @@ PKI_FILES=(ca.crt ca.key apiserver.crt apiserver.key admin.crt admin.key
   apiserver-kubelet-client.crt apiserver-kubelet-client.key
   front-proxy-ca.crt front-proxy-ca.key
   front-proxy-client.crt front-proxy-client.key sa.key sa.pub)
-
-# new_ca NAME CN: a self-signed CA in the current directory.
-new_ca() {
-  openssl req -x509 -new -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.crt" \
-    -days 3650 -sha256 -subj "/CN=$2" -config /dev/stdin 2>/dev/null <<'EOF'
-[req]
-distinguished_name = dn
-x509_extensions = ca
-[dn]
-[ca]
-basicConstraints = critical, CA:TRUE
-keyUsage = critical, keyCertSign, cRLSign, digitalSignature
-subjectKeyIdentifier = hash
-EOF
-}
-
-# issue CA NAME SUBJECT EXTENSIONS: a 2048-bit RSA key and a certificate
-# signed by CA, in the current directory.
-issue() {
-  local ca=$1 name=$2 subj=$3 ext=$4
-  openssl req -new -newkey rsa:2048 -nodes -keyout "$name.key" \
-    -subj "$subj" -out "$name.csr" 2>/dev/null
-  printf '%s\n' "$ext" >"$name.ext"
-  openssl x509 -req -in "$name.csr" -CA "$ca.crt" -CAkey "$ca.key" \
-    -set_serial "0x$(openssl rand -hex 16)" -days 3650 -sha256 \
-    -extfile "$name.ext" -out "$name.crt" 2>/dev/null
-  rm -f "$name.csr" "$name.ext"
-}
 
 # A throwaway PKI for test clusters, created once. It is built in a
 # temporary directory and renamed into place, so it is either whole or absent.
@@ -74,9 +46,7 @@ ensure_pki() {
     # The aggregation layer's own CA: the apiserver proxies to extension
     # apiservers (metrics-server, ...) with a client cert from it.
     new_ca front-proxy-ca flashsale-test-front-proxy-ca
-    client='basicConstraints = critical, CA:FALSE
-keyUsage = critical, digitalSignature, keyEncipherment
-extendedKeyUsage = clientAuth'
+    client=$CLIENT_EXT
     server="basicConstraints = critical, CA:FALSE
 keyUsage = critical, digitalSignature, keyEncipherment
 extendedKeyUsage = serverAuth
@@ -94,37 +64,6 @@ subjectAltName = DNS:localhost, DNS:kubernetes, DNS:kubernetes.default, DNS:kube
   rm -rf "$PKI" "$KUBECONFIG_ADMIN" "$KUBECONFIG_KCM" "$KUBECONFIG_SCHED"
   mv "$tmp" "$PKI"
   log "PKI created in $PKI"
-}
-
-# write_kubeconfig FILE USER CERT_NAME: a kubeconfig for the local apiserver
-# with the client certificate embedded. Written once.
-write_kubeconfig() {
-  local file=$1 user=$2 cert=$3
-  [ -f "$file" ] && return 0
-  (
-    umask 077
-    cat >"$file.tmp" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: flashsale
-  cluster:
-    server: $APISERVER_URL
-    certificate-authority-data: $(base64 -w0 "$PKI/ca.crt")
-users:
-- name: $user
-  user:
-    client-certificate-data: $(base64 -w0 "$PKI/$cert.crt")
-    client-key-data: $(base64 -w0 "$PKI/$cert.key")
-contexts:
-- name: flashsale
-  context:
-    cluster: flashsale
-    user: $user
-current-context: flashsale
-EOF
-  )
-  mv "$file.tmp" "$file"
 }
 
 # ------------------------------------------------------------- health ----
@@ -160,6 +99,14 @@ port_free() {
 up() {
   local t0 all_up=true c
   t0=$(date +%s.%N)
+  # A control plane started by an older version of this script serves on
+  # loopback, and its clients' kubeconfigs say so: restart it on the bridge.
+  if is_running kube-apiserver && ! listening "$BRIDGE_IP" "$APISERVER_PORT"; then
+    log "kube-apiserver does not serve on $BRIDGE_IP:$APISERVER_PORT, restarting the control plane there"
+    stop_pid kube-scheduler
+    stop_pid kube-controller-manager
+    stop_pid kube-apiserver
+  fi
   for c in "${COMPONENTS[@]}"; do is_running "$c" && healthy "$c" || all_up=false; done
   if $all_up && default_sa_exists >/dev/null 2>&1; then
     log "control plane already running, kubeconfig $KUBECONFIG_ADMIN"
@@ -167,6 +114,7 @@ up() {
   fi
 
   "$STACK_DIR/build-k8s.sh" control-plane
+  "$STACK_DIR/bridge.sh" up
   ensure_pki
   write_kubeconfig "$KUBECONFIG_ADMIN" admin admin
   write_kubeconfig "$KUBECONFIG_KCM" system:kube-controller-manager kube-controller-manager
@@ -186,13 +134,13 @@ up() {
     --unsafe-no-fsync
   wait_until 60 etcd etcd_healthy
 
-  # Serves on loopback only for now; the node setup adds the bridge address
-  # so that pods can reach the apiserver. It already advertises the bridge
-  # address: the `kubernetes` Service's endpoints may not be loopback.
+  # Serves on the bridge address only (--bind-address takes one address):
+  # pods reach it there through the `kubernetes` Service, whose endpoint is
+  # the advertised address, and the host and every kubeconfig use it too.
   port_free kube-apiserver "$APISERVER_PORT"
   start_bg kube-apiserver "$K8S_BIN/kube-apiserver" \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
-    --bind-address=127.0.0.1 \
+    --bind-address="$BRIDGE_IP" \
     --advertise-address="$BRIDGE_IP" \
     --secure-port="$APISERVER_PORT" \
     --tls-cert-file="$PKI/apiserver.crt" \

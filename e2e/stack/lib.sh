@@ -1,6 +1,7 @@
 # Sourced by every stack script: where things live, which versions and ports,
 # and the few process helpers that make `up` idempotent and `down` exact.
 # shellcheck shell=bash
+# shellcheck disable=SC2034 # its variables are for the scripts that source it
 set -euo pipefail
 
 STACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -43,7 +44,21 @@ OPERATOR_PORT=18081
 POD_CIDR=198.18.0.0/16
 SERVICE_CIDR=198.19.0.0/16
 BRIDGE_IP=198.18.0.1
+BRIDGE_NAME=fsbr0
 FIRST_SERVICE_IP=198.19.0.1
+# The one node's name (also in its certificate) and the apiserver's address:
+# it serves on the bridge, where the host and the pods both reach it.
+NODE_NAME=flashsale-node
+APISERVER_URL=https://$BRIDGE_IP:$APISERVER_PORT
+PKI=$RUN_DIR/pki
+# The node (node.sh): containerd's files and socket. Images built with
+# image.sh are called $IMAGE_PREFIX/NAME:TAG; tests' pods use PROBE_IMAGE.
+NODE_DIR=$RUN_DIR/node
+CONTAINERD_DIR=$NODE_DIR/containerd
+CONTAINERD_SOCK=$CONTAINERD_DIR/containerd.sock
+IMAGE_PREFIX=docker.io/flashsale
+PAUSE_IMAGE=$IMAGE_PREFIX/pause:3.10
+PROBE_IMAGE=$IMAGE_PREFIX/probe:1
 
 mkdir -p "$CACHE_DIR" "$RUN_DIR" "$LOG_DIR" "$PID_DIR"
 
@@ -113,6 +128,114 @@ wait_until() {
     fi
     sleep 0.2
   done
+}
+
+# node_ctr ARGS...: ctr against the node's containerd.
+node_ctr() { as_root ctr -a "$CONTAINERD_SOCK" "$@"; }
+
+# bridge_up: the test bridge exists with its address (bridge.sh up made it).
+bridge_up() { ip -4 addr show dev "$BRIDGE_NAME" 2>/dev/null | grep -q "inet $BRIDGE_IP/"; }
+
+# listening ADDR PORT: some process listens on TCP ADDR:PORT.
+listening() { [ -n "$(ss -Hltn "src $1 and sport = :$2" 2>/dev/null)" ]; }
+
+# Kernel parameters the stack changes are recorded first, per owner, and
+# restored by its `down`: $RUN_DIR/sysctl/OWNER holds KEY=ORIGINAL lines.
+sysctl_path() { echo "/proc/sys/${1//.//}"; }
+
+# record_sysctls OWNER KEY...: remember each KEY's current value, unless it
+# was already recorded (a second `up` must not record its own settings).
+record_sysctls() {
+  local owner=$1 file key
+  shift
+  file=$RUN_DIR/sysctl/$owner
+  mkdir -p "$RUN_DIR/sysctl"
+  touch "$file"
+  for key in "$@"; do
+    [ -e "$(sysctl_path "$key")" ] || continue
+    grep -q "^$key=" "$file" || echo "$key=$(cat "$(sysctl_path "$key")")" >>"$file"
+  done
+}
+
+# set_sysctl OWNER KEY VALUE: record KEY for OWNER, then set it.
+set_sysctl() {
+  record_sysctls "$1" "$2"
+  [ "$(cat "$(sysctl_path "$2")")" = "$3" ] || echo "$3" | as_root tee "$(sysctl_path "$2")" >/dev/null
+}
+
+# restore_sysctls OWNER: put back what OWNER recorded, then forget it.
+restore_sysctls() {
+  local file=$RUN_DIR/sysctl/$1 key value
+  [ -f "$file" ] || return 0
+  while IFS='=' read -r key value; do
+    [ -e "$(sysctl_path "$key")" ] || continue
+    [ "$(cat "$(sysctl_path "$key")")" = "$value" ] || echo "$value" | as_root tee "$(sysctl_path "$key")" >/dev/null || true
+  done <"$file"
+  rm -f "$file"
+}
+
+# ---------------------------------------------------------------- PKI ----
+# Shared by kube.sh (the control plane's PKI) and node.sh (the node's certs).
+
+# new_ca NAME CN: a self-signed CA in the current directory.
+new_ca() {
+  openssl req -x509 -new -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.crt" \
+    -days 3650 -sha256 -subj "/CN=$2" -config /dev/stdin 2>/dev/null <<'EOF'
+[req]
+distinguished_name = dn
+x509_extensions = ca
+[dn]
+[ca]
+basicConstraints = critical, CA:TRUE
+keyUsage = critical, keyCertSign, cRLSign, digitalSignature
+subjectKeyIdentifier = hash
+EOF
+}
+
+# issue CA NAME SUBJECT EXTENSIONS: a 2048-bit RSA key and a certificate
+# signed by CA, in the current directory.
+issue() {
+  local ca=$1 name=$2 subj=$3 ext=$4
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$name.key" \
+    -subj "$subj" -out "$name.csr" 2>/dev/null
+  printf '%s\n' "$ext" >"$name.ext"
+  openssl x509 -req -in "$name.csr" -CA "$ca.crt" -CAkey "$ca.key" \
+    -set_serial "0x$(openssl rand -hex 16)" -days 3650 -sha256 \
+    -extfile "$name.ext" -out "$name.crt" 2>/dev/null
+  rm -f "$name.csr" "$name.ext"
+}
+
+CLIENT_EXT='basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = clientAuth'
+
+# write_kubeconfig FILE USER CERT_NAME: a kubeconfig for the apiserver at
+# $APISERVER_URL with $PKI/CERT_NAME.{crt,key} embedded. Rewritten only when
+# its content would change (a new server URL, a new PKI), so it is cheap.
+write_kubeconfig() {
+  local file=$1 user=$2 cert=$3 content
+  content="apiVersion: v1
+kind: Config
+clusters:
+- name: flashsale
+  cluster:
+    server: $APISERVER_URL
+    certificate-authority-data: $(base64 -w0 "$PKI/ca.crt")
+users:
+- name: $user
+  user:
+    client-certificate-data: $(base64 -w0 "$PKI/$cert.crt")
+    client-key-data: $(base64 -w0 "$PKI/$cert.key")
+contexts:
+- name: flashsale
+  context:
+    cluster: flashsale
+    user: $user
+current-context: flashsale"
+  [ -f "$file" ] && [ "$(cat "$file")" = "$content" ] && return 0
+  (umask 077 && printf '%s\n' "$content" >"$file.tmp")
+  mv "$file.tmp" "$file"
+  log "wrote $file (server $APISERVER_URL)"
 }
 
 # as_root CMD...: run CMD as root (directly when we are root, else via sudo).

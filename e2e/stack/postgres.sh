@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # PostgreSQL 15 on $PG_PORT, run as the `postgres` user (the server refuses
 # root) from a data directory under the run dir. Usage: postgres.sh up|down|status
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 PG_BIN=/usr/lib/postgresql/15/bin
@@ -27,6 +28,12 @@ up() {
     as_postgres "$PG_BIN/initdb" -D "$PG_DATA" -A trust -U postgres -E UTF8 >"$LOG_DIR/postgres-initdb.log"
     # Pods on the test bridge connect over TCP too.
     echo "host all all $POD_CIDR trust" | as_postgres tee -a "$PG_DATA/pg_hba.conf" >/dev/null
+  fi
+  # Started before the bridge existed (loopback only): restart it on both.
+  if bridge_up && ! listening "$BRIDGE_IP" "$PG_PORT" &&
+    as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then
+    log "postgres does not listen on $BRIDGE_IP, restarting it"
+    as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w stop >/dev/null
   fi
   if ! as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then
     as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$LOG_DIR/postgres.log" -w -t 30 start \

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Redis: one node on $REDIS_PORT and a 3-master Redis Cluster on
 # ${REDIS_CLUSTER_PORTS[*]}. Usage: redis.sh up|down|status
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 # Cluster nodes announce the bridge address when the node's bridge exists, so
@@ -18,6 +19,11 @@ start_node() { # NAME PORT EXTRA_ARGS...
   shift 2
   local dir=$RUN_DIR/$name
   mkdir -p "$dir"
+  # Started before the bridge existed (loopback only): restart it on both.
+  if is_running "$name" && bridge_up && ! listening "$BRIDGE_IP" "$port"; then
+    log "$name does not listen on $BRIDGE_IP, restarting it"
+    stop_pid "$name"
+  fi
   # shellcheck disable=SC2046
   start_bg "$name" redis-server --port "$port" --bind $(bind_addrs) --dir "$dir" \
     --save '' --appendonly no --daemonize no --protected-mode no "$@"

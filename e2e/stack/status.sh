@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Prints the stack's addresses and each service's health.
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 if [ -f "$ENV_FILE" ]; then
@@ -9,7 +10,9 @@ else
   echo "no $ENV_FILE: the stack was never started (make up)"
 fi
 echo "== services"
+"$STACK_DIR/bridge.sh" status
 "$STACK_DIR/redis.sh" status
 "$STACK_DIR/postgres.sh" status
 "$STACK_DIR/kafka.sh" status
 "$STACK_DIR/kube.sh" status
+"$STACK_DIR/node.sh" status

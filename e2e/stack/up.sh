@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Starts the whole local stack (idempotent) and writes $RUN_DIR/env, the one
 # place tests, benchmarks, the demo and people read its addresses from.
+# The bridge comes first: Redis, PostgreSQL, Kafka and the apiserver bind its
+# address too, so the cluster's pods reach them.
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 started=$SECONDS
 "$STACK_DIR/install.sh"
+"$STACK_DIR/bridge.sh" up
 "$STACK_DIR/redis.sh" up
 "$STACK_DIR/postgres.sh" up
 "$STACK_DIR/kafka.sh" up
 "$STACK_DIR/kube.sh" up
+"$STACK_DIR/node.sh" up
 "$STACK_DIR/write-env.sh"
 log "stack up in $((SECONDS - started)) s; run: . $ENV_FILE"

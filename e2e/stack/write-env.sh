@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Writes $RUN_DIR/env: shell-sourceable addresses of everything the stack runs.
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 cluster_urls=()

@@ -4,13 +4,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use flashsale_workload::bus::topics;
 use flashsale_workload::domain::sale::SaleMeta;
 use flashsale_workload::orders::sales;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::Controller;
 use kube::runtime::controller::Action as Requeue;
@@ -102,7 +103,7 @@ fn scaling_memory(fs: &FlashSale) -> ScalingMemory {
     ScalingMemory {
         low_since: consumers
             .and_then(|c| c.low_since.as_ref())
-            .map(crate::context::to_chrono),
+            .and_then(|t| DateTime::from_timestamp_micros(t.0.as_microsecond())),
         busy: consumers.is_some_and(|c| c.busy),
     }
 }
@@ -261,7 +262,13 @@ async fn write_status(
             desired_replicas: scaling.replicas,
             lag: obs.observed.lag.unwrap_or_default(),
             last_scale_time,
-            low_since: scaling.memory.low_since.map(to_time),
+            low_since: scaling
+                .memory
+                .low_since
+                .and_then(|t| {
+                    k8s_openapi::jiff::Timestamp::from_microsecond(t.timestamp_micros()).ok()
+                })
+                .map(MicroTime),
             busy: scaling.memory.busy,
         }),
         last_reconciliation: obs.last_run.as_ref().map(|r| ReconciliationSummary {

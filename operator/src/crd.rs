@@ -3,7 +3,7 @@
 //! rule the API server can check at apply time is a schema bound or a CEL rule
 //! here, so an invalid sale is refused by `kubectl apply`, not discovered later.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, Time};
 use kube::core::Duration;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -326,9 +326,10 @@ pub struct ConsumersStatus {
     /// When replicas last changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_scale_time: Option<Time>,
-    /// Since when the lag has asked for fewer replicas (scale-down stabilization).
+    /// Since when the lag has asked for fewer replicas (scale-down
+    /// stabilization; microseconds, as the window is measured precisely).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub low_since: Option<Time>,
+    pub low_since: Option<MicroTime>,
     /// Backpressure on: purchases answer BUSY.
     #[serde(default)]
     pub busy: bool,

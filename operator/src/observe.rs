@@ -92,7 +92,6 @@ impl Context {
 
 /// Reads everything about `fs`.
 pub async fn observe(ctx: &Context, fs: &FlashSale) -> Result<Observation, ObserveError> {
-    let now = Utc::now();
     let spec_config = sale_config(fs, i64::from(fs.spec.stock), 1)?;
     let stored = sales::find_by_id(&ctx.db, spec_config.id).await?;
     let config = match &stored {
@@ -133,6 +132,8 @@ pub async fn observe(ctx: &Context, fs: &FlashSale) -> Result<Observation, Obser
     } else {
         None
     };
+    // The instant of the lag reading: scaling windows are measured from it.
+    let now = Utc::now();
 
     let namespace = sale.namespace.as_str();
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), namespace);

@@ -223,11 +223,14 @@ pub fn job(fs: &FlashSale, settings: &WorkloadSettings, kind: JobKind) -> Job {
     if let JobKind::Periodic(index) = kind {
         labels.insert(JOB_INDEX_LABEL.into(), index.to_string());
     }
-    let mut args = args;
-    args.extend([
-        "--reservation-min-age",
-        settings.reservation_min_age.as_str(),
-    ]);
+    let mut container = container(fs, settings, component, &args);
+    if let Some(env) = container.env.as_mut() {
+        env.push(EnvVar {
+            name: "FLASHSALE_RESERVATION_MIN_AGE".into(),
+            value: Some(settings.reservation_min_age.clone()),
+            value_from: None,
+        });
+    }
     Job {
         metadata: metadata(fs, job_name(&name, kind), labels.clone()),
         spec: Some(JobSpec {
@@ -239,7 +242,7 @@ pub fn job(fs: &FlashSale, settings: &WorkloadSettings, kind: JobKind) -> Job {
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
-                    containers: vec![container(fs, settings, component, &args)],
+                    containers: vec![container],
                     restart_policy: Some("Never".into()),
                     security_context: hardened().0,
                     ..PodSpec::default()
@@ -331,7 +334,12 @@ mod tests {
             let pod = j.spec.unwrap().template.spec.unwrap();
             assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
             let args = pod.containers[0].args.clone().unwrap();
-            assert_eq!(&args[..2], &["job".to_string(), subcommand.to_string()]);
+            assert_eq!(args, vec!["job".to_string(), subcommand.to_string()]);
+            let env = pod.containers[0].env.clone().unwrap();
+            assert!(
+                env.iter()
+                    .any(|e| e.name == "FLASHSALE_RESERVATION_MIN_AGE")
+            );
         }
         assert_eq!(
             job(&sale(), &settings(), JobKind::Periodic(7))

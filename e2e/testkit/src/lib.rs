@@ -113,6 +113,24 @@ pub fn unique_name(prefix: &str) -> String {
     )
 }
 
+/// Creates an empty database on the stack's PostgreSQL and returns its URL,
+/// so tests never share rows. The caller applies the migrations.
+pub async fn fresh_database_url() -> String {
+    use sqlx::Connection;
+    let url = database_url();
+    let mut admin = sqlx::PgConnection::connect(&url)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {url} is not answering ({e}): {START_HINT}"));
+    let name = unique_name("t").replace('-', "_");
+    // The name is ours (letters, digits, underscores), never user input.
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut admin)
+        .await
+        .expect("CREATE DATABASE");
+    let (server, _) = url.rsplit_once('/').expect("a database URL ends in /name");
+    format!("{server}/{name}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

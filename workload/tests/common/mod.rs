@@ -41,20 +41,9 @@ pub fn init_logs() {
 /// A new, migrated database on the stack's PostgreSQL, so tests never share rows.
 pub async fn fresh_database() -> PgPool {
     init_logs();
-    let url = stack::database_url();
-    let admin = orders::connect(&url, 1).await.unwrap_or_else(|e| {
-        panic!(
-            "PostgreSQL at {url} is not answering ({e}): {}",
-            stack::START_HINT
-        )
-    });
-    let name = stack::unique_name("t").replace('-', "_");
-    // The name is ours (letters, digits, underscores), never user input.
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&admin)
+    let pool = orders::connect(&stack::fresh_database_url().await, 20)
         .await
         .unwrap();
-    let pool = orders::connect(&database_url_of(&name), 20).await.unwrap();
     orders::migrate(&pool).await.unwrap();
     pool
 }

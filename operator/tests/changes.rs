@@ -1,0 +1,221 @@
+//! Changes while a sale lives, and its deletion: restock adds purchasable
+//! stock, a shrink below what is sold is refused with a condition, deleting
+//! removes the Redis state and topics and keeps the orders.
+
+mod common;
+
+use std::time::Duration;
+
+use flashsale_operator::crd::{FlashSale, SaleState};
+use flashsale_testkit as stack;
+use flashsale_workload::bus::admin::Admin;
+use flashsale_workload::bus::topics;
+use flashsale_workload::domain::purchase::ShardDecision;
+use flashsale_workload::domain::sale::SaleRef;
+use flashsale_workload::redis::RedisConn;
+use flashsale_workload::redis::store::SaleStore;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+
+async fn store() -> SaleStore {
+    SaleStore::new(
+        RedisConn::connect(&stack::redis_url().parse().unwrap())
+            .await
+            .unwrap(),
+    )
+}
+
+async fn live_sale(
+    name: &str,
+    stock: i64,
+) -> (
+    Api<FlashSale>,
+    common::TestNamespace,
+    String,
+    common::Operator,
+) {
+    let client = common::client().await;
+    common::install_crd(&client).await;
+    let ns = common::namespace(&client).await;
+    let db_url = stack::fresh_database_url().await;
+    let operator = common::Operator::start(&ns, &db_url, "flashsale-operator", name);
+    let sales: Api<FlashSale> = Api::namespaced(client, &ns);
+    let mut manifest = common::manifest(name, &ns, 2, 600);
+    manifest["spec"]["stock"] = serde_json::json!(stock);
+    manifest["spec"]["sharding"] = serde_json::json!({"shards": 2});
+    manifest["spec"]["purchaseLimit"] = serde_json::json!(100);
+    manifest["spec"]["warmup"] = serde_json::json!({"leadTime": "1s"});
+    sales
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(manifest).unwrap(),
+        )
+        .await
+        .unwrap();
+    common::wait_for(Duration::from_secs(30), "the sale to go live", || async {
+        (sales.get(name).await.ok()?.status?.state? == SaleState::Live).then_some(())
+    })
+    .await;
+    (sales, ns, db_url, operator)
+}
+
+async fn buy(store: &SaleStore, sale: &SaleRef, shopper: &str, quantity: i64) -> ShardDecision {
+    let home = flashsale_workload::domain::shard::home_shard(shopper, 2);
+    let id = uuid::Uuid::now_v7().to_string();
+    store
+        .purchase(sale, home, shopper, quantity, &id, None)
+        .await
+        .unwrap()
+}
+
+async fn remaining(store: &SaleStore, sale: &SaleRef) -> i64 {
+    store.shard_stocks(sale, 2).await.unwrap().iter().sum()
+}
+
+fn condition(fs: &FlashSale, t: &str) -> Option<(String, String)> {
+    let c = fs
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == t)?;
+    Some((c.status.clone(), c.reason.clone()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restock_adds_stock_and_a_shrink_below_sold_is_refused() {
+    let (sales, ns, db_url, _operator) = live_sale("restock", 10).await;
+    let sale = SaleRef::new(&ns, "restock").unwrap();
+    let store = store().await;
+    // Sell everything: one shard at a time, borrowing as needed.
+    for i in 0..10 {
+        assert!(matches!(
+            buy(&store, &sale, &format!("a{i}"), 1).await,
+            ShardDecision::Accepted { .. }
+        ));
+    }
+    assert_eq!(remaining(&store, &sale).await, 0);
+
+    sales
+        .patch(
+            "restock",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"stock": 15}})),
+        )
+        .await
+        .unwrap();
+    common::wait_for(
+        Duration::from_secs(10),
+        "the restock to reach Redis",
+        || async { (remaining(&store, &sale).await == 5).then_some(()) },
+    )
+    .await;
+    // Through the API: shoppers homed on either shard get the new units.
+    let api = common::ApiProcess::start(&ns, &db_url).await;
+    for i in 0..5 {
+        assert_eq!(
+            api.buy("restock", &format!("b{i}")).await.0,
+            202,
+            "restocked unit {i}"
+        );
+    }
+    assert_eq!(
+        api.buy("restock", "late").await,
+        (409, "SOLD_OUT".to_string())
+    );
+
+    // 15 sold: 12 is below that and refused; the stock stays 15.
+    sales
+        .patch(
+            "restock",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"stock": 12}})),
+        )
+        .await
+        .unwrap();
+    let refused = common::wait_for(Duration::from_secs(10), "the refusal condition", || async {
+        let fs = sales.get("restock").await.ok()?;
+        let degraded = condition(&fs, "Degraded")?;
+        (degraded == ("True".into(), "StockBelowSold".into())).then_some(fs)
+    })
+    .await;
+    assert_eq!(refused.status.unwrap().stock.unwrap().total, 15);
+    assert_eq!(remaining(&store, &sale).await, 0, "Redis unchanged");
+    sales
+        .patch(
+            "restock",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"stock": 15}})),
+        )
+        .await
+        .unwrap();
+    common::wait_for(Duration::from_secs(10), "the refusal to clear", || async {
+        let fs = sales.get("restock").await.ok()?;
+        (condition(&fs, "Degraded")?.0 == "False").then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_removes_redis_state_and_topics_and_keeps_orders() {
+    let (sales, ns, db_url, _operator) = live_sale("gone", 10).await;
+    let sale = SaleRef::new(&ns, "gone").unwrap();
+    let api = common::ApiProcess::start(&ns, &db_url).await;
+    common::wait_for(
+        Duration::from_secs(10),
+        "the API to see the sale",
+        || async { (api.buy("gone", "keeper").await.0 == 202).then_some(()) },
+    )
+    .await;
+    let db = flashsale_workload::orders::connect(&db_url, 1)
+        .await
+        .unwrap();
+    common::wait_for(
+        Duration::from_secs(60),
+        "the consumer pods to persist the order",
+        || async {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
+                .fetch_one(&db)
+                .await
+                .ok()?;
+            (n == 1).then_some(())
+        },
+    )
+    .await;
+
+    sales.delete("gone", &Default::default()).await.unwrap();
+    common::wait_for(
+        Duration::from_secs(60),
+        "the finalizer to finish",
+        || async { sales.get_opt("gone").await.ok()?.is_none().then_some(()) },
+    )
+    .await;
+    let store = store().await;
+    assert_eq!(store.shards_with_meta(&sale, 2).await.unwrap(), 0);
+    let mut conn = store.conn();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("fs:{{{ns}/gone:*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(keys.is_empty(), "no Redis key left: {keys:?}");
+    let admin = Admin::new(&stack::kafka_bootstrap()).unwrap();
+    assert_eq!(
+        admin
+            .partitions(&[&topics::orders_topic(&sale)])
+            .await
+            .unwrap(),
+        0,
+        "topics deleted"
+    );
+    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(orders, 1, "orders are never deleted");
+    let deleted: bool = sqlx::query_scalar("SELECT deleted_at IS NOT NULL FROM sales")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert!(deleted);
+}

@@ -1,0 +1,339 @@
+//! Helpers shared by the operator's integration tests: the real API server of
+//! the stack, namespaces, the CRD, and the operator run as a process.
+#![allow(dead_code)] // each test binary uses its own part
+
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use flashsale_operator::context::MANAGER;
+use flashsale_operator::crd::FlashSale;
+use flashsale_testkit as stack;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config, CustomResourceExt};
+
+/// A client of the stack's API server.
+pub async fn client() -> Client {
+    let path = stack::kubeconfig();
+    let kubeconfig = Kubeconfig::read_from(&path).unwrap_or_else(|e| {
+        panic!(
+            "no kubeconfig at {} ({e}): {}",
+            path.display(),
+            stack::START_HINT
+        )
+    });
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+/// Installs (server-side applies) the FlashSale CRD and waits until it is served.
+pub async fn install_crd(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = FlashSale::crd();
+    let name = crd.metadata.name.clone().unwrap();
+    crds.patch(
+        &name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(crd),
+    )
+    .await
+    .unwrap_or_else(|e| {
+        panic!(
+            "the API server refused the CRD ({e}): {}",
+            stack::START_HINT
+        )
+    });
+    wait_for(
+        Duration::from_secs(20),
+        "the CRD to be established",
+        || async {
+            let crd = crds.get(&name).await.ok()?;
+            let established = crd
+                .status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            established.then_some(())
+        },
+    )
+    .await;
+}
+
+/// A namespace for one test, removed (with everything in it) when dropped.
+pub struct TestNamespace(String);
+
+impl std::ops::Deref for TestNamespace {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for TestNamespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Runs the stack's kubectl; returns its standard output.
+pub fn kubectl(args: &[&str]) -> String {
+    Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", stack::kubeconfig())
+        .env("PATH", stack::var("PATH"))
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        // The test's operator may be gone: drop the finalizers so the
+        // namespace, and the pods its sales left running, can go.
+        for fs in kubectl(&["get", "flashsales", "-n", &self.0, "-o", "name"]).lines() {
+            kubectl(&[
+                "patch",
+                fs,
+                "-n",
+                &self.0,
+                "--type=merge",
+                "-p",
+                r#"{"metadata":{"finalizers":null}}"#,
+            ]);
+        }
+        kubectl(&["delete", "namespace", &self.0, "--wait=false"]);
+    }
+}
+
+/// A new namespace for one test.
+pub async fn namespace(client: &Client) -> TestNamespace {
+    let name = stack::unique_name("t");
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    TestNamespace(name)
+}
+
+/// Polls `check` every 100 ms until it gives a value, or panics after `timeout`.
+pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Where cargo put the workspace's binaries (next to this test's `deps/`).
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent()
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .join(name)
+}
+
+/// The workload image the operator's pods run in tests (built and imported
+/// into the node by `make test`).
+pub const TEST_IMAGE: &str = "docker.io/flashsale/flashsale:dev";
+
+/// A database URL as pods on the node reach it (the bridge gateway).
+pub fn pod_url(url: &str) -> String {
+    url.replace("127.0.0.1", "198.18.0.1")
+}
+
+/// The operator, run as a process; killed on drop.
+pub struct Operator {
+    child: Child,
+}
+
+impl Operator {
+    /// Starts an operator watching `namespace`, leading through `lease`.
+    pub fn start(namespace: &str, database_url: &str, lease: &str, identity: &str) -> Self {
+        Self::spawn(namespace, database_url, lease, identity, TEST_IMAGE)
+    }
+
+    /// Starts an operator whose sale pods run `image`.
+    pub fn start_with_image(
+        namespace: &str,
+        database_url: &str,
+        identity: &str,
+        image: &str,
+    ) -> Self {
+        Self::spawn(
+            namespace,
+            database_url,
+            "flashsale-operator",
+            identity,
+            image,
+        )
+    }
+
+    fn spawn(
+        namespace: &str,
+        database_url: &str,
+        lease: &str,
+        identity: &str,
+        image: &str,
+    ) -> Self {
+        let child = Command::new(env!("CARGO_BIN_EXE_flashsale-operator"))
+            .args([
+                "--watch-namespace",
+                namespace,
+                "--migrate",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .args([
+                "--lease-name",
+                lease,
+                "--lease-namespace",
+                namespace,
+                "--identity",
+                identity,
+            ])
+            .args(["--lease-seconds", "6"])
+            .env("KUBECONFIG", stack::kubeconfig())
+            .env("FLASHSALE_REDIS", stack::redis_url())
+            .env("DATABASE_URL", database_url)
+            .env("KAFKA_BOOTSTRAP", stack::kafka_bootstrap())
+            .env("FLASHSALE_POD_REDIS", pod_url(&stack::redis_url()))
+            .env("FLASHSALE_POD_DATABASE_URL", pod_url(database_url))
+            .env("FLASHSALE_POD_KAFKA", "198.18.0.1:19094")
+            .env("FLASHSALE_WORKLOAD_IMAGE", image)
+            .env("FLASHSALE_RESERVATION_MIN_AGE", "5s")
+            .env("RUST_LOG", "info,kube=warn")
+            .spawn()
+            .expect("the flashsale-operator binary starts");
+        Self { child }
+    }
+
+    /// The operator's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL, as a crash.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A FlashSale manifest as JSON, to edit in tests.
+pub fn manifest(
+    name: &str,
+    namespace: &str,
+    start_in_secs: i64,
+    window_secs: i64,
+) -> serde_json::Value {
+    let at = |secs: i64| {
+        (chrono::Utc::now() + chrono::Duration::seconds(secs))
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    };
+    serde_json::json!({
+        "apiVersion": "flashsale.dev/v1alpha1",
+        "kind": "FlashSale",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "sku": "SKU-1001",
+            "stock": 100,
+            "window": {"start": at(start_in_secs), "end": at(start_in_secs + window_secs)},
+            "purchaseLimit": 2,
+            "sharding": {"shards": 4},
+        }
+    })
+}
+
+/// The shopper API (`flashsale api`), run as a process for `namespace`.
+pub struct ApiProcess {
+    child: Child,
+    /// Its base URL.
+    pub url: String,
+}
+
+impl ApiProcess {
+    /// Starts the API with the development identity header on.
+    pub async fn start(namespace: &str, database_url: &str) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(bin("flashsale"))
+            .args([
+                "api",
+                "--namespace",
+                namespace,
+                "--dev-identity",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .env("FLASHSALE_REDIS", stack::redis_url())
+            .env("DATABASE_URL", database_url)
+            .env("KAFKA_BOOTSTRAP", stack::kafka_bootstrap())
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .expect("the flashsale binary starts");
+        let url = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::new();
+        wait_for(Duration::from_secs(20), "the API to listen", || async {
+            http.get(format!("{url}/healthz"))
+                .send()
+                .await
+                .ok()
+                .map(|_| ())
+        })
+        .await;
+        Self { child, url }
+    }
+
+    /// Buys one unit as `shopper`: (status, code or order id).
+    pub async fn buy(&self, sale: &str, shopper: &str) -> (u16, String) {
+        let response = reqwest::Client::new()
+            .post(format!("{}/v1/sales/{sale}/orders", self.url))
+            .header("x-user-id", shopper)
+            .json(&serde_json::json!({"quantity": 1}))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let body: serde_json::Value = response.json().await.unwrap_or_default();
+        let detail = body["code"]
+            .as_str()
+            .or(body["orderId"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        (status, detail)
+    }
+}
+
+impl Drop for ApiProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

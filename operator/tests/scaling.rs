@@ -1,0 +1,235 @@
+//! Consumer scaling from Kafka lag and backpressure, on the real API server,
+//! node and Kafka. The operator here runs consumer pods from an image that
+//! does not consume (the node's probe image): the lag stays until the test
+//! drains it by committing the group's offsets to the end.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use flashsale_operator::crd::{FlashSale, SaleState};
+use flashsale_testkit as stack;
+use flashsale_workload::bus::message::OrderMessage;
+use flashsale_workload::bus::{client_config, topics};
+use flashsale_workload::domain::sale::SaleRef;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
+use kube::api::PostParams;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+
+const IDLE_IMAGE: &str = "docker.io/flashsale/probe:1";
+
+struct Live {
+    sales: Api<FlashSale>,
+    ns: common::TestNamespace,
+    db_url: String,
+    sale: SaleRef,
+    _operator: common::Operator,
+}
+
+async fn live_sale(name: &str, consumers: serde_json::Value) -> Live {
+    let client = common::client().await;
+    common::install_crd(&client).await;
+    let ns = common::namespace(&client).await;
+    let db_url = stack::fresh_database_url().await;
+    let operator = common::Operator::start_with_image(&ns, &db_url, name, IDLE_IMAGE);
+    let sales: Api<FlashSale> = Api::namespaced(client, &ns);
+    let mut manifest = common::manifest(name, &ns, 2, 600);
+    manifest["spec"]["warmup"] = serde_json::json!({"leadTime": "1s"});
+    manifest["spec"]["consumers"] = consumers;
+    sales
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(manifest).unwrap(),
+        )
+        .await
+        .unwrap();
+    common::wait_for(Duration::from_secs(30), "the sale to go live", || async {
+        (sales.get(name).await.ok()?.status?.state? == SaleState::Live).then_some(())
+    })
+    .await;
+    let sale = SaleRef::new(&ns, name).unwrap();
+    Live {
+        sales,
+        ns,
+        db_url,
+        sale,
+        _operator: operator,
+    }
+}
+
+/// Produces `n` order messages (nobody will persist them) as fast as acks come.
+async fn produce(sale: &SaleRef, n: usize, mut on_sent: impl FnMut(usize)) {
+    let producer: FutureProducer = client_config(&stack::kafka_bootstrap())
+        .set("linger.ms", "5")
+        .create()
+        .unwrap();
+    let topic = topics::orders_topic(sale);
+    let payload = OrderMessage {
+        order_id: uuid::Uuid::now_v7(),
+        sale_id: uuid::Uuid::now_v7(),
+        sale: sale.clone(),
+        shopper: "lag".into(),
+        quantity: 1,
+        shard: 0,
+        accepted_at_ms: 0,
+    }
+    .to_payload();
+    let mut sent = 0;
+    for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
+        let sends = chunk.iter().map(|i| {
+            let key = format!("k{i}");
+            let producer = producer.clone();
+            let topic = topic.clone();
+            let payload = payload.clone();
+            async move {
+                producer
+                    .send(
+                        FutureRecord::to(&topic).key(&key).payload(&payload),
+                        Duration::from_secs(10),
+                    )
+                    .await
+                    .map(|_| ())
+                    .map_err(|(e, _)| e)
+            }
+        });
+        for result in futures::future::join_all(sends).await {
+            result.unwrap();
+        }
+        sent += chunk.len();
+        on_sent(sent);
+    }
+}
+
+/// Drains the lag without processing: commits the group's offsets at the end.
+fn drain(sale: &SaleRef) {
+    let topic = topics::orders_topic(sale);
+    let consumer: BaseConsumer = client_config(&stack::kafka_bootstrap())
+        .set("group.id", topics::consumer_group(sale))
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let metadata = consumer
+        .fetch_metadata(Some(&topic), Duration::from_secs(10))
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in metadata.topics()[0].partitions() {
+        let (_, high) = consumer
+            .fetch_watermarks(&topic, p.id(), Duration::from_secs(10))
+            .unwrap();
+        tpl.add_partition_offset(&topic, p.id(), Offset::Offset(high))
+            .unwrap();
+    }
+    consumer.commit(&tpl, CommitMode::Sync).unwrap();
+}
+
+async fn replicas(deployments: &Api<Deployment>, name: &str) -> Option<i32> {
+    deployments
+        .get_opt(&format!("{name}-consumers"))
+        .await
+        .ok()??
+        .spec?
+        .replicas
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_reach_the_partition_cap_in_seconds_and_stabilize_down() {
+    let consumers = serde_json::json!({
+        "minReplicas": 1, "maxReplicas": 12, "lagPerReplica": 500,
+        "pollInterval": "1s", "scaleDownStabilization": "10s"
+    });
+    let live = live_sale("scale", consumers).await;
+    let sale = &live.sale;
+    let deployments: Api<Deployment> = Api::namespaced(common::client().await, &live.ns);
+    assert_eq!(replicas(&deployments, "scale").await, Some(1));
+
+    // 10,000 orders; 12 replicas are due once the lag passes 11 x 500.
+    let mut crossed = None;
+    produce(sale, 10_000, |sent| {
+        if sent > 5_500 && crossed.is_none() {
+            crossed = Some(Instant::now());
+        }
+    })
+    .await;
+    let crossed = crossed.unwrap();
+    common::wait_for(Duration::from_secs(15), "12 replicas", || async {
+        (replicas(&deployments, "scale").await == Some(12)).then_some(())
+    })
+    .await;
+    let reaction = crossed.elapsed();
+    assert!(
+        reaction <= Duration::from_secs(5),
+        "replicas reached 12 {reaction:?} after the lag crossed"
+    );
+
+    drain(sale);
+    let drained = Instant::now();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        replicas(&deployments, "scale").await,
+        Some(12),
+        "stays up inside the stabilization window"
+    );
+    common::wait_for(
+        Duration::from_secs(15),
+        "scale down to minReplicas",
+        || async { (replicas(&deployments, "scale").await == Some(1)).then_some(()) },
+    )
+    .await;
+    let down = drained.elapsed();
+    // `drained` is taken once the commit returned, a few ms after the
+    // operator could first see it.
+    assert!(
+        down >= Duration::from_millis(9_800),
+        "scaled down after {down:?}, window 10 s"
+    );
+    println!("12 replicas {reaction:?} after the lag crossed; back to 1 {down:?} after the drain");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backpressure_answers_busy_above_max_lag_and_clears_when_drained() {
+    let consumers = serde_json::json!({
+        "minReplicas": 1, "maxReplicas": 2, "lagPerReplica": 10, "maxLag": 50, "pollInterval": "1s"
+    });
+    let live = live_sale("busy", consumers).await;
+    let api = common::ApiProcess::start(&live.ns, &live.db_url).await;
+    assert_eq!(api.buy("busy", "first").await.0, 202);
+    produce(&live.sale, 100, |_| {}).await;
+    let busy_at = Instant::now();
+    common::wait_for(Duration::from_secs(10), "BUSY answers", || async {
+        (api.buy("busy", "waiting").await == (503, "BUSY".to_string())).then_some(())
+    })
+    .await;
+    println!("BUSY {:?} after the lag passed maxLag", busy_at.elapsed());
+    // The status follows the Redis flag within the same reconcile.
+    common::wait_for(
+        Duration::from_secs(5),
+        "the Backpressure condition",
+        || async {
+            let fs = live.sales.get("busy").await.ok()?;
+            let degraded = fs
+                .status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Degraded")?;
+            (degraded.status == "True" && degraded.reason == "Backpressure").then_some(())
+        },
+    )
+    .await;
+
+    drain(&live.sale);
+    common::wait_for(
+        Duration::from_secs(10),
+        "purchases accepted again",
+        || async {
+            (api.buy("busy", &format!("after-{}", uuid::Uuid::now_v7()))
+                .await
+                .0
+                == 202)
+                .then_some(())
+        },
+    )
+    .await;
+}
