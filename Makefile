@@ -6,23 +6,27 @@ RUN ?= $(CURDIR)/.run
 export FLASHSALE_RUN := $(RUN)
 ENV := . $(RUN)/env &&
 
-.PHONY: help demo test up down status clean build build-tests test-images crds check-crds bench
+.PHONY: help demo test up stack down status clean build release build-tests test-images crds check-crds bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
 
 demo: ## bring up the stack and run a live sale end to end, narrated
-	@$(MAKE) --no-print-directory -j2 up build
+	@$(MAKE) --no-print-directory -j2 stack release
 	@$(ENV) e2e/demo.sh
 
 test: ## install and start everything the tests need, then lint and pass them all
-	@$(MAKE) --no-print-directory -j2 up build-tests
+	@$(MAKE) --no-print-directory -j2 stack build-tests
 	@$(MAKE) --no-print-directory test-images check-crds
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets --locked -- -D warnings
 	$(ENV) cargo test --workspace --locked --no-fail-fast
 
-up: ## start the local stack (Redis, Redis Cluster, PostgreSQL, Kafka, Kubernetes) and write .run/env
+up: ## start the stack and the local loop (operator, API, consumer on the host), write .run/env
+	@$(MAKE) --no-print-directory -j2 stack build
+	@$(STACK)/local.sh up
+
+stack: ## start the services and the one-node cluster only (Redis, PostgreSQL, Kafka, Kubernetes)
 	@$(STACK)/up.sh
 
 down: ## stop everything `up` started
@@ -34,8 +38,11 @@ status: ## print the stack's addresses and health
 clean: down ## stop the stack and delete its data (caches stay)
 	rm -rf $(RUN)
 
-build: ## build the binaries
+build: ## build the binaries (debug)
 	cargo build --workspace --locked --bins
+
+release: ## build the binaries (release)
+	cargo build --workspace --locked --bins --release
 
 build-tests: ## compile the tests without running them
 	cargo test --workspace --locked --no-run

@@ -4,6 +4,7 @@
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
+"$STACK_DIR/local.sh" down
 "$STACK_DIR/node.sh" down
 "$STACK_DIR/kube.sh" down
 "$STACK_DIR/kafka.sh" down

@@ -16,3 +16,4 @@ echo "== services"
 "$STACK_DIR/kafka.sh" status
 "$STACK_DIR/kube.sh" status
 "$STACK_DIR/node.sh" status
+"$STACK_DIR/local.sh" status

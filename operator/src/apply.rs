@@ -7,6 +7,7 @@ use flashsale_workload::orders::sales;
 use flashsale_workload::redis::store::WarmError;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource};
@@ -15,7 +16,7 @@ use crate::context::{Context, MANAGER};
 use crate::crd::FlashSale;
 use crate::observe::Observation;
 use crate::plan::{Action, JobKind};
-use crate::resources::{consumer_deployment, consumers_name, job, job_name};
+use crate::resources::{consumer_deployment, consumers_name, job, job_name, workload_secret};
 
 /// A failed action.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +60,20 @@ async fn event(
     if let Err(err) = ctx.recorder.publish(&e, &fs.object_ref(&())).await {
         tracing::warn!(error = %err, reason, "event not published");
     }
+}
+
+/// Server-side applies the sale's Secret (idempotent).
+async fn apply_secret(ctx: &Context, fs: &FlashSale, namespace: &str) -> Result<(), ApplyError> {
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let secret = workload_secret(fs, &ctx.workload);
+    let name = secret.metadata.name.clone().unwrap_or_default();
+    api.patch(
+        &name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(secret),
+    )
+    .await?;
+    Ok(())
 }
 
 /// Runs `actions` in order.
@@ -219,6 +234,7 @@ pub async fn apply(
                 }
             }
             Action::ApplyConsumers { replicas } => {
+                apply_secret(ctx, fs, namespace).await?;
                 let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
                 let name = consumers_name(&sale.name);
                 api.patch(
@@ -260,6 +276,7 @@ pub async fn apply(
                 }
             }
             Action::StartJob(kind) => {
+                apply_secret(ctx, fs, namespace).await?;
                 let api: Api<Job> = Api::namespaced(ctx.client.clone(), namespace);
                 match api
                     .create(&PostParams::default(), &job(fs, &ctx.workload, kind))

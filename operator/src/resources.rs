@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EnvVar, HTTPGetAction, PodSecurityContext, PodSpec, PodTemplateSpec,
-    Probe, ResourceRequirements, SecurityContext,
+    Container, ContainerPort, EnvFromSource, EnvVar, HTTPGetAction, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, ResourceRequirements, Secret, SecretEnvSource, SecurityContext,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -42,6 +42,26 @@ pub struct WorkloadSettings {
     pub consumer_resources: (String, String, String),
     /// The reconcile job's minimum reservation age (the API's produce timeout at least).
     pub reservation_min_age: String,
+}
+
+/// The name of the Secret holding the connection strings of the sale's pods.
+pub fn secret_name(sale: &str) -> String {
+    format!("{sale}-workload")
+}
+
+/// The sale's Secret: where its pods find Redis, PostgreSQL and Kafka.
+pub fn workload_secret(fs: &FlashSale, settings: &WorkloadSettings) -> Secret {
+    let sale = fs.metadata.name.clone().unwrap_or_default();
+    Secret {
+        metadata: metadata(fs, secret_name(&sale), labels(fs, "workload")),
+        string_data: Some(BTreeMap::from([
+            ("FLASHSALE_REDIS".into(), settings.redis.clone()),
+            ("DATABASE_URL".into(), settings.database_url.clone()),
+            ("KAFKA_BOOTSTRAP".into(), settings.kafka.clone()),
+        ])),
+        type_: Some("Opaque".into()),
+        ..Secret::default()
+    }
 }
 
 /// The consumer Deployment's name.
@@ -98,9 +118,6 @@ fn env(fs: &FlashSale, settings: &WorkloadSettings) -> Vec<EnvVar> {
             "FLASHSALE_SALE",
             fs.metadata.name.as_deref().unwrap_or_default(),
         ),
-        var("FLASHSALE_REDIS", &settings.redis),
-        var("DATABASE_URL", &settings.database_url),
-        var("KAFKA_BOOTSTRAP", &settings.kafka),
         var("FLASHSALE_LOG_FORMAT", "json"),
         var("RUST_LOG", "info"),
     ]
@@ -123,12 +140,22 @@ fn hardened() -> (Option<PodSecurityContext>, Option<SecurityContext>) {
 }
 
 fn container(fs: &FlashSale, settings: &WorkloadSettings, name: &str, args: &[&str]) -> Container {
+    let sale = fs.metadata.name.as_deref().unwrap_or_default();
     Container {
         name: name.into(),
         image: Some(settings.image.clone()),
         image_pull_policy: Some(settings.pull_policy.clone()),
         args: Some(args.iter().map(|a| a.to_string()).collect()),
         env: Some(env(fs, settings)),
+        // Connection strings (a database password among them) come from the
+        // sale's Secret, never from the pod spec.
+        env_from: Some(vec![EnvFromSource {
+            secret_ref: Some(SecretEnvSource {
+                name: secret_name(sale),
+                optional: Some(false),
+            }),
+            ..EnvFromSource::default()
+        }]),
         security_context: hardened().1,
         ..Container::default()
     }
@@ -310,7 +337,18 @@ mod tests {
             .map(|e| (e.name.as_str(), e.value.clone().unwrap()))
             .collect();
         assert_eq!(env["FLASHSALE_SALE"], "drop");
-        assert_eq!(env["KAFKA_BOOTSTRAP"], "198.18.0.1:19094");
+        assert!(
+            !env.contains_key("DATABASE_URL"),
+            "no connection string in the pod spec"
+        );
+        let from = &c.env_from.as_ref().unwrap()[0];
+        assert_eq!(from.secret_ref.as_ref().unwrap().name, "drop-workload");
+        let secret = workload_secret(&sale(), &settings());
+        assert_eq!(
+            secret.string_data.unwrap()["KAFKA_BOOTSTRAP"],
+            "198.18.0.1:19094"
+        );
+        assert!(secret.metadata.owner_references.is_some());
         assert_eq!(pod.security_context.unwrap().run_as_non_root, Some(true));
         assert_eq!(spec.selector.match_labels.unwrap()[SALE_LABEL], "drop");
     }

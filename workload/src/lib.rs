@@ -11,6 +11,7 @@ pub mod consumer;
 pub mod domain;
 pub mod intake;
 pub mod jobs;
+pub mod load;
 pub mod metrics;
 pub mod orders;
 pub mod redis;

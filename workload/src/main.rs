@@ -13,9 +13,11 @@ use std::sync::Arc;
 use flashsale_workload::api::server::{ApiConfig, serve, shutdown_signal};
 use flashsale_workload::bus::producer::ProducerSettings;
 use flashsale_workload::consumer::{ConsumerSettings, Supervisor, run_all_sales, sweep_forever};
+use flashsale_workload::domain::invariants;
 use flashsale_workload::domain::reconcile::Policy;
 use flashsale_workload::domain::sale::{SaleConfig, SaleRef};
 use flashsale_workload::jobs::{self, JobContext};
+use flashsale_workload::load::{self, Identity, StormConfig};
 use flashsale_workload::metrics::Metrics;
 use flashsale_workload::redis::store::SaleStore;
 use flashsale_workload::redis::{RedisConn, RedisTarget};
@@ -57,7 +59,7 @@ enum Command {
     /// Apply the database schema migrations (idempotent).
     Migrate(Database),
     /// Run a shopper storm against the API and check the invariants after it.
-    Load,
+    Load(Box<LoadArgs>),
 }
 
 #[derive(Subcommand, Clone, Copy)]
@@ -98,11 +100,74 @@ struct JobArgs {
 }
 
 #[derive(Args)]
+struct LoadArgs {
+    /// The API's base URL.
+    #[arg(long, env = "FLASHSALE_API_URL")]
+    url: String,
+    #[command(flatten)]
+    name: SaleName,
+    /// Distinct shoppers.
+    #[arg(long, default_value_t = 2000)]
+    shoppers: usize,
+    /// Purchase attempts in all.
+    #[arg(long, default_value_t = 10_000)]
+    requests: u64,
+    /// Longest the storm runs.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Closed loop: concurrent shoppers.
+    #[arg(long, default_value_t = 100)]
+    concurrency: usize,
+    /// Open loop instead: purchase attempts per second.
+    #[arg(long)]
+    rate: Option<u64>,
+    /// A shopper's pause between requests (closed loop).
+    #[arg(long, default_value = "0ms", value_parser = humantime::parse_duration)]
+    think: Duration,
+    /// Units per purchase: 1 to this.
+    #[arg(long, default_value_t = 2)]
+    max_quantity: i64,
+    /// Share of accepted orders then paid.
+    #[arg(long, default_value_t = 0.3)]
+    pay: f64,
+    /// Share of accepted orders then cancelled.
+    #[arg(long, default_value_t = 0.05)]
+    cancel: f64,
+    /// Mint HS256 shopper tokens with the secret in this file (else the
+    /// development X-User-Id header is used).
+    #[arg(long, env = "FLASHSALE_JWT_HS256_SECRET_FILE")]
+    jwt_secret_file: Option<PathBuf>,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+    /// After the storm, wait for the orders to drain and check I1-I6 against
+    /// Redis and PostgreSQL (needs --redis, --database-url, --kafka).
+    #[arg(long)]
+    check: bool,
+    /// Redis, for --check.
+    #[arg(long, env = "FLASHSALE_REDIS")]
+    redis: Option<RedisTarget>,
+    /// PostgreSQL, for --check.
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: Option<String>,
+    /// Kafka, for --check.
+    #[arg(long, env = "KAFKA_BOOTSTRAP")]
+    kafka: Option<String>,
+    /// How long --check waits for the orders to drain.
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    drain_timeout: Duration,
+}
+
+#[derive(Args)]
 struct ConsumerArgs {
     #[command(flatten)]
     name: SaleName,
-    /// Consume every current sale, each in its own consumer group (the local
-    /// stand-in for the operator's per-sale consumer Deployments).
+    /// Consume every current sale of the namespace, each in its own consumer
+    /// group (the local loop's stand-in for the operator's per-sale consumer
+    /// Deployments).
     #[arg(long, conflicts_with = "sale")]
     all_sales: bool,
     #[command(flatten)]
@@ -302,7 +367,7 @@ async fn run_consumer(args: ConsumerArgs) -> anyhow::Result<()> {
         })
     };
     if args.all_sales {
-        run_all_sales(supervisor, stop.clone()).await;
+        run_all_sales(supervisor, &args.name.namespace, stop.clone()).await;
     } else {
         let name = &args.name;
         supervisor
@@ -312,6 +377,73 @@ async fn run_consumer(args: ConsumerArgs) -> anyhow::Result<()> {
     stop.cancel();
     stopper.abort();
     let _ = tokio::join!(server, sweeper);
+    Ok(())
+}
+
+async fn run_load(args: LoadArgs) -> anyhow::Result<()> {
+    let identity = match &args.jwt_secret_file {
+        Some(path) => Identity::Jwt(
+            std::fs::read(path)
+                .with_context(|| format!("failed to read {}", path.display()))?
+                .trim_ascii()
+                .to_vec(),
+        ),
+        None => Identity::DevHeader,
+    };
+    let sale = args.name.sale.clone().context("--sale is required")?;
+    let (report, told) = load::storm(StormConfig {
+        url: args.url.trim_end_matches('/').to_string(),
+        sale: sale.clone(),
+        shoppers: args.shoppers,
+        requests: args.requests,
+        duration: args.duration,
+        concurrency: args.concurrency,
+        rate: args.rate,
+        think: args.think,
+        max_quantity: args.max_quantity,
+        pay: args.pay,
+        cancel: args.cancel,
+        identity,
+        progress: !args.quiet,
+    })
+    .await;
+    println!("{}", load::render(&report));
+    let mut verdicts = None;
+    if args.check {
+        let (Some(redis), Some(url), Some(kafka)) = (&args.redis, &args.database_url, &args.kafka)
+        else {
+            anyhow::bail!("--check needs --redis, --database-url and --kafka");
+        };
+        let db = flashsale_workload::orders::connect(url, 2).await?;
+        let store = SaleStore::new(RedisConn::connect(redis).await?);
+        let config = args
+            .name
+            .find(&db)
+            .await?
+            .context("no such sale in the database")?;
+        println!("waiting for the orders to drain, then checking I1-I6 ...");
+        let evidence = load::gather(&db, &store, kafka, &config, &told, args.drain_timeout).await?;
+        let checked = invariants::evaluate(&evidence);
+        for v in &checked {
+            let mark = match v.holds {
+                Some(true) => "ok  ",
+                Some(false) => "FAIL",
+                None => "n/a ",
+            };
+            println!("{mark} {} {:<17} {}", v.id, v.name, v.detail);
+        }
+        verdicts = Some(checked);
+    }
+    if let Some(path) = &args.json {
+        let json = serde_json::json!({ "storm": report, "invariants": verdicts });
+        std::fs::write(path, serde_json::to_vec_pretty(&json)?)?;
+    }
+    if verdicts
+        .as_deref()
+        .is_some_and(|v| !invariants::all_hold(v))
+    {
+        anyhow::bail!("an invariant failed");
+    }
     Ok(())
 }
 
@@ -343,8 +475,6 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Consumer(args) => run_consumer(*args).await,
         Command::Job(args) => run_job(*args).await,
-        Command::Load => {
-            anyhow::bail!("not built yet: the load tool arrives with the cluster issue")
-        }
+        Command::Load(args) => run_load(*args).await,
     }
 }

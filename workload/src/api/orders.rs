@@ -290,9 +290,11 @@ async fn change(
         EventOutcome::Illegal(status) => return Err(refused(status)),
         // Not persisted: pending in Redis (retry soon), or it failed.
         EventOutcome::NotFound => {
+            // Persisted in between (or about to be): retry soon. A released
+            // reservation is an order that failed.
             return Err(match find_order(state, &shopper, order_id).await? {
-                Some(view) if view.status == OrderStatus::Pending => ApiError::order_pending(),
-                Some(view) => refused(view.status),
+                Some(view) if view.status == OrderStatus::Failed => refused(view.status),
+                Some(_) => ApiError::order_pending(),
                 None => no_such_order(),
             });
         }

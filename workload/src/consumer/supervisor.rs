@@ -1,6 +1,7 @@
 //! Runs the consumers of a process: one sale's (`--sale`), or every current
-//! sale's (`--all-sales`, the local stand-in for the operator's per-sale
-//! consumer Deployments), each in its sale's own consumer group.
+//! sale's of a namespace (`--all-sales`, the local loop's stand-in for the
+//! operator's per-sale consumer Deployments), each in its sale's own
+//! consumer group.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -75,13 +76,13 @@ impl Supervisor {
     }
 }
 
-/// Runs a consumer for every current sale, starting and stopping them as sales
-/// appear and disappear, until `stop`.
-pub async fn run_all_sales(supervisor: Supervisor, stop: CancellationToken) {
+/// Runs a consumer for every current sale of `namespace`, starting and
+/// stopping them as sales appear and disappear, until `stop`.
+pub async fn run_all_sales(supervisor: Supervisor, namespace: &str, stop: CancellationToken) {
     let mut running: HashMap<Uuid, (CancellationToken, tokio::task::JoinHandle<()>)> =
         HashMap::new();
     loop {
-        match crate::orders::sales::list_all_current(&supervisor.db).await {
+        match crate::orders::sales::list_current(&supervisor.db, namespace).await {
             Ok(sales) => {
                 let current: Vec<Uuid> = sales.iter().map(|s| s.id).collect();
                 running.retain(|id, (token, _)| {

@@ -67,16 +67,6 @@ pub async fn list_current<'e>(
     Ok(rows.into_iter().filter_map(SaleRow::into_config).collect())
 }
 
-/// Every current sale, all namespaces.
-pub async fn list_all_current<'e>(db: impl PgExecutor<'e>) -> sqlx::Result<Vec<SaleConfig>> {
-    let rows: Vec<SaleRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {SALE_COLUMNS} FROM sales WHERE deleted_at IS NULL ORDER BY namespace, name"
-    )))
-    .fetch_all(db)
-    .await?;
-    Ok(rows.into_iter().filter_map(SaleRow::into_config).collect())
-}
-
 /// The current sale named `sale`, if any.
 pub async fn find_current<'e>(
     db: impl PgExecutor<'e>,

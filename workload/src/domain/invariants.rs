@@ -1,0 +1,325 @@
+//! The invariants I1–I6, evaluated purely from what a run was told and what
+//! Redis and PostgreSQL hold afterwards (with the topic drained).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use super::reconcile::DbOrder;
+
+/// What a storm was told and what the stores hold after it.
+#[derive(Debug, Clone, Default)]
+pub struct Evidence {
+    /// Units for sale.
+    pub stock: i64,
+    /// Units one shopper may hold.
+    pub limit: i64,
+    /// Orders the shoppers were told were accepted: id → (shopper, units).
+    pub accepted: BTreeMap<String, (String, i64)>,
+    /// Whether any shopper was told SOLD_OUT.
+    pub sold_out_seen: bool,
+    /// Every order in the database, by id.
+    pub orders: BTreeMap<String, DbOrder>,
+    /// The sale's `sold` column.
+    pub sold: i64,
+    /// Units per shopper in the database.
+    pub shopper_units: BTreeMap<String, i64>,
+    /// Reservations released in Redis (their stock went back).
+    pub released: BTreeSet<String>,
+    /// Units left in Redis, if the sale's Redis state still exists.
+    pub redis_remaining: Option<i64>,
+    /// Units per shopper in Redis, if the state still exists.
+    pub redis_units: Option<BTreeMap<String, i64>>,
+}
+
+/// One invariant's verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    /// I1 .. I6.
+    pub id: &'static str,
+    /// What it promises.
+    pub name: &'static str,
+    /// Held, failed, or could not be checked (`None`).
+    pub holds: Option<bool>,
+    /// The numbers behind the verdict.
+    pub detail: String,
+}
+
+fn verdict(id: &'static str, name: &'static str, holds: Option<bool>, detail: String) -> Verdict {
+    Verdict {
+        id,
+        name,
+        holds,
+        detail,
+    }
+}
+
+/// Evaluates I1–I6.
+pub fn evaluate(e: &Evidence) -> Vec<Verdict> {
+    let live_units: i64 = e
+        .orders
+        .values()
+        .filter(|o| o.status.holds_stock())
+        .map(|o| o.quantity)
+        .sum();
+    let accepted_units: i64 = e.accepted.values().map(|(_, q)| q).sum();
+    // Units accepted and later given back (cancelled, refunded, failed, released).
+    let returned_units: i64 = e
+        .accepted
+        .iter()
+        .filter(|(id, _)| {
+            e.released.contains(*id) || e.orders.get(*id).is_some_and(|o| !o.status.holds_stock())
+        })
+        .map(|(_, (_, q))| q)
+        .sum();
+    let net_accepted = accepted_units - returned_units;
+
+    let i1 = verdict(
+        "I1",
+        "no oversell",
+        Some(net_accepted <= e.stock && live_units <= e.stock && e.sold <= e.stock),
+        format!(
+            "stock {}, accepted {accepted_units} (net {net_accepted}), persisted {live_units}, sold column {}",
+            e.stock, e.sold
+        ),
+    );
+
+    let mut net_by_shopper: BTreeMap<&str, i64> = BTreeMap::new();
+    for (id, (shopper, q)) in &e.accepted {
+        let returned =
+            e.released.contains(id) || e.orders.get(id).is_some_and(|o| !o.status.holds_stock());
+        if !returned {
+            *net_by_shopper.entry(shopper).or_default() += q;
+        }
+    }
+    let worst_accepted = net_by_shopper.values().copied().max().unwrap_or_default();
+    let worst_db = e.shopper_units.values().copied().max().unwrap_or_default();
+    let i2 = verdict(
+        "I2",
+        "no over-limit",
+        Some(worst_accepted <= e.limit && worst_db <= e.limit),
+        format!(
+            "limit {}, most held: {worst_accepted} accepted, {worst_db} in the database",
+            e.limit
+        ),
+    );
+
+    let lost: Vec<&String> = e
+        .accepted
+        .keys()
+        .filter(|id| !e.orders.contains_key(*id) && !e.released.contains(*id))
+        .collect();
+    let i3 = verdict(
+        "I3",
+        "no lost order",
+        Some(lost.is_empty()),
+        format!(
+            "{} accepted, {} neither persisted nor released{}",
+            e.accepted.len(),
+            lost.len(),
+            sample(&lost)
+        ),
+    );
+
+    let phantom: Vec<&String> = e
+        .orders
+        .keys()
+        .filter(|id| !e.accepted.contains_key(*id))
+        .collect();
+    let i4 = verdict(
+        "I4",
+        "no phantom order",
+        Some(phantom.is_empty()),
+        format!(
+            "{} orders in the database, {} never accepted{}",
+            e.orders.len(),
+            phantom.len(),
+            sample(&phantom)
+        ),
+    );
+
+    let i5 = if e.sold_out_seen {
+        verdict(
+            "I5",
+            "sell-through",
+            Some(accepted_units >= e.stock),
+            format!(
+                "SOLD_OUT was answered; {accepted_units} of {} units were accepted",
+                e.stock
+            ),
+        )
+    } else {
+        verdict(
+            "I5",
+            "sell-through",
+            Some(true),
+            "demand never exceeded stock".into(),
+        )
+    };
+
+    let i6 = match (&e.redis_remaining, &e.redis_units) {
+        (Some(remaining), Some(units)) => {
+            let expected = e.stock - live_units;
+            let shoppers: BTreeSet<&String> = units.keys().chain(e.shopper_units.keys()).collect();
+            let differing = shoppers
+                .into_iter()
+                .filter(|s| {
+                    units.get(*s).copied().unwrap_or_default()
+                        != e.shopper_units.get(*s).copied().unwrap_or_default()
+                })
+                .count();
+            verdict(
+                "I6",
+                "convergence",
+                Some(*remaining == expected && differing == 0),
+                format!(
+                    "Redis holds {remaining} units, the database leaves {expected}; {differing} shoppers' units differ"
+                ),
+            )
+        }
+        _ => verdict(
+            "I6",
+            "convergence",
+            None,
+            "the sale's Redis state is already cleaned up".into(),
+        ),
+    };
+    vec![i1, i2, i3, i4, i5, i6]
+}
+
+fn sample(ids: &[&String]) -> String {
+    match ids.first() {
+        Some(id) => format!(" (e.g. {id})"),
+        None => String::new(),
+    }
+}
+
+/// Whether every invariant that could be checked held.
+pub fn all_hold(verdicts: &[Verdict]) -> bool {
+    verdicts.iter().all(|v| v.holds != Some(false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::order::OrderStatus;
+
+    fn order(shopper: &str, quantity: i64, status: OrderStatus) -> DbOrder {
+        DbOrder {
+            shopper: shopper.into(),
+            quantity,
+            status,
+            shard: 0,
+            accepted_ms: 0,
+        }
+    }
+
+    /// Stock 3, limit 2: alice bought 2, bob 1, carol was told SOLD_OUT.
+    fn clean() -> Evidence {
+        let mut e = Evidence {
+            stock: 3,
+            limit: 2,
+            sold: 3,
+            sold_out_seen: true,
+            ..Default::default()
+        };
+        e.accepted.insert("a".into(), ("alice".into(), 2));
+        e.accepted.insert("b".into(), ("bob".into(), 1));
+        e.orders
+            .insert("a".into(), order("alice", 2, OrderStatus::Paid));
+        e.orders
+            .insert("b".into(), order("bob", 1, OrderStatus::Unpaid));
+        e.shopper_units = BTreeMap::from([("alice".into(), 2), ("bob".into(), 1)]);
+        e.redis_remaining = Some(0);
+        e.redis_units = Some(e.shopper_units.clone());
+        e
+    }
+
+    fn failing(e: &Evidence) -> Vec<&'static str> {
+        evaluate(e)
+            .into_iter()
+            .filter(|v| v.holds == Some(false))
+            .map(|v| v.id)
+            .collect()
+    }
+
+    #[test]
+    fn a_clean_run_holds_everything() {
+        assert_eq!(failing(&clean()), Vec::<&str>::new());
+        assert!(all_hold(&evaluate(&clean())));
+    }
+
+    #[test]
+    fn each_violation_is_caught_by_its_invariant() {
+        let mut oversold = clean();
+        oversold.accepted.insert("c".into(), ("carol".into(), 1));
+        oversold
+            .orders
+            .insert("c".into(), order("carol", 1, OrderStatus::Unpaid));
+        oversold.shopper_units.insert("carol".into(), 1);
+        oversold
+            .redis_units
+            .as_mut()
+            .unwrap()
+            .insert("carol".into(), 1);
+        assert_eq!(failing(&oversold), vec!["I1", "I6"]);
+
+        let mut over_limit = clean();
+        over_limit.accepted.insert("a2".into(), ("alice".into(), 1));
+        over_limit.released.insert("b".into());
+        over_limit.orders.remove("b");
+        over_limit
+            .orders
+            .insert("a2".into(), order("alice", 1, OrderStatus::Unpaid));
+        over_limit.shopper_units = BTreeMap::from([("alice".into(), 3)]);
+        over_limit.redis_units = Some(over_limit.shopper_units.clone());
+        assert_eq!(failing(&over_limit), vec!["I2"]);
+
+        let mut lost = clean();
+        lost.orders.remove("b");
+        assert!(failing(&lost).contains(&"I3"));
+
+        let mut phantom = clean();
+        phantom
+            .orders
+            .insert("z".into(), order("zoe", 1, OrderStatus::Unpaid));
+        assert!(failing(&phantom).contains(&"I4"));
+
+        let mut stranded = clean();
+        stranded.accepted.remove("b");
+        stranded.orders.remove("b");
+        stranded.shopper_units.remove("bob");
+        stranded.redis_units = Some(stranded.shopper_units.clone());
+        stranded.redis_remaining = Some(1);
+        assert_eq!(failing(&stranded), vec!["I5"]);
+
+        let mut drift = clean();
+        drift.redis_remaining = Some(2);
+        assert_eq!(failing(&drift), vec!["I6"]);
+    }
+
+    #[test]
+    fn returned_units_free_the_stock_and_the_limit() {
+        let mut e = clean();
+        // bob cancelled; dave bought the unit again.
+        e.orders
+            .insert("b".into(), order("bob", 1, OrderStatus::Cancelled));
+        e.shopper_units.insert("bob".into(), 0);
+        e.accepted.insert("d".into(), ("dave".into(), 1));
+        e.orders
+            .insert("d".into(), order("dave", 1, OrderStatus::Unpaid));
+        e.shopper_units.insert("dave".into(), 1);
+        e.redis_units = Some(BTreeMap::from([("alice".into(), 2), ("dave".into(), 1)]));
+        assert_eq!(failing(&e), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn cleaned_up_state_leaves_i6_unchecked() {
+        let mut e = clean();
+        e.redis_remaining = None;
+        e.redis_units = None;
+        let verdicts = evaluate(&e);
+        assert_eq!(verdicts[5].holds, None);
+        assert!(all_hold(&verdicts));
+    }
+}

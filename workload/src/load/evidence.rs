@@ -1,0 +1,141 @@
+//! Gathers the evidence the invariants are judged on: waits for the sale's
+//! orders to drain, then reads PostgreSQL and Redis.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use futures::future::try_join_all;
+use sqlx::PgPool;
+
+use crate::bus::lag::LagReader;
+use crate::bus::topics;
+use crate::domain::invariants::Evidence;
+use crate::domain::purchase::ReservationState;
+use crate::domain::sale::SaleConfig;
+use crate::orders::reconciliation;
+use crate::redis::store::SaleStore;
+
+/// What the shoppers were told during a run.
+#[derive(Debug, Clone, Default)]
+pub struct Told {
+    /// Accepted orders: id → (shopper, units).
+    pub accepted: BTreeMap<String, (String, i64)>,
+    /// Whether SOLD_OUT was answered.
+    pub sold_out_seen: bool,
+}
+
+/// Evidence could not be gathered.
+#[derive(Debug, thiserror::Error)]
+pub enum EvidenceError {
+    /// A store failed.
+    #[error("{0}")]
+    Store(String),
+    /// The orders did not drain.
+    #[error("the sale's orders did not drain within {0:?}")]
+    NotDrained(Duration),
+}
+
+/// Waits (up to `timeout`) until the consumer group has no lag and every
+/// accepted order is persisted or released, then reads both stores.
+pub async fn gather(
+    db: &PgPool,
+    store: &SaleStore,
+    bootstrap: &str,
+    config: &SaleConfig,
+    told: &Told,
+    timeout: Duration,
+) -> Result<Evidence, EvidenceError> {
+    let err = |e: &dyn std::fmt::Display| EvidenceError::Store(e.to_string());
+    let deadline = Instant::now() + timeout;
+    let lag =
+        LagReader::new(bootstrap, &topics::consumer_group(&config.sale)).map_err(|e| err(&e))?;
+    let topic = topics::orders_topic(&config.sale);
+    loop {
+        let drained = lag.read(&topic).await.map_err(|e| err(&e))?.total() == 0;
+        if drained {
+            let snapshot = reconciliation::snapshot(db, config.id)
+                .await
+                .map_err(|e| err(&e))?;
+            let released = released(store, config).await?;
+            let settled = told
+                .accepted
+                .keys()
+                .all(|id| snapshot.orders.contains_key(id) || released.contains(id));
+            if settled || Instant::now() >= deadline {
+                return read(store, config, told, snapshot, released).await;
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(EvidenceError::NotDrained(timeout));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn released(
+    store: &SaleStore,
+    config: &SaleConfig,
+) -> Result<BTreeSet<String>, EvidenceError> {
+    let shards = try_join_all((0..config.shards).map(|s| store.reservations(&config.sale, s)))
+        .await
+        .map_err(|e| EvidenceError::Store(e.to_string()))?;
+    Ok(shards
+        .into_iter()
+        .flatten()
+        .filter(|(_, r)| {
+            r.as_ref()
+                .is_some_and(|r| r.state == ReservationState::Released)
+        })
+        .map(|(id, _)| id)
+        .collect())
+}
+
+async fn read(
+    store: &SaleStore,
+    config: &SaleConfig,
+    told: &Told,
+    db: crate::domain::reconcile::DbSnapshot,
+    released: BTreeSet<String>,
+) -> Result<Evidence, EvidenceError> {
+    let err = |e: &dyn std::fmt::Display| EvidenceError::Store(e.to_string());
+    let loaded = store
+        .shards_with_meta(&config.sale, config.shards)
+        .await
+        .map_err(|e| err(&e))?
+        == config.shards;
+    let (redis_remaining, redis_units) = if loaded {
+        let shards = try_join_all((0..config.shards).map(|s| store.snapshot(&config.sale, s)))
+            .await
+            .map_err(|e| err(&e))?;
+        let credited: BTreeSet<&String> = shards
+            .iter()
+            .flat_map(|(s, _)| s.transfers_in.keys())
+            .collect();
+        let in_transit: i64 = shards
+            .iter()
+            .flat_map(|(s, _)| s.transfers_out.iter())
+            .filter(|(id, _)| !credited.contains(id))
+            .map(|(_, t)| t.amount)
+            .sum();
+        let remaining = shards.iter().map(|(s, _)| s.stock).sum::<i64>() + in_transit;
+        let mut units = BTreeMap::new();
+        for (snapshot, _) in &shards {
+            units.extend(snapshot.units.iter().map(|(k, v)| (k.clone(), *v)));
+        }
+        (Some(remaining), Some(units))
+    } else {
+        (None, None)
+    };
+    Ok(Evidence {
+        stock: db.stock,
+        limit: config.purchase_limit,
+        accepted: told.accepted.clone(),
+        sold_out_seen: told.sold_out_seen,
+        sold: db.sold,
+        shopper_units: db.shopper_units,
+        orders: db.orders,
+        released,
+        redis_remaining,
+        redis_units,
+    })
+}
