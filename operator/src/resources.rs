@@ -103,7 +103,7 @@ fn metadata(fs: &FlashSale, name: String, labels: BTreeMap<String, String>) -> O
     }
 }
 
-fn env(fs: &FlashSale, settings: &WorkloadSettings) -> Vec<EnvVar> {
+fn env(fs: &FlashSale) -> Vec<EnvVar> {
     let var = |name: &str, value: &str| EnvVar {
         name: name.into(),
         value: Some(value.into()),
@@ -146,7 +146,7 @@ fn container(fs: &FlashSale, settings: &WorkloadSettings, name: &str, args: &[&s
         image: Some(settings.image.clone()),
         image_pull_policy: Some(settings.pull_policy.clone()),
         args: Some(args.iter().map(|a| a.to_string()).collect()),
-        env: Some(env(fs, settings)),
+        env: Some(env(fs)),
         // Connection strings (a database password among them) come from the
         // sale's Secret, never from the pod spec.
         env_from: Some(vec![EnvFromSource {
