@@ -18,6 +18,7 @@ demo: ## bring up the stack and run a live sale end to end, narrated
 test: ## install and start everything the tests need, then lint and pass them all
 	@$(MAKE) --no-print-directory -j2 stack build-tests
 	@$(MAKE) --no-print-directory test-images check-crds
+	@$(ENV) e2e/chart-check.sh
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets --locked -- -D warnings
 	$(ENV) cargo test --workspace --locked --no-fail-fast
@@ -47,8 +48,9 @@ release: ## build the binaries (release)
 build-tests: ## compile the tests without running them
 	cargo test --workspace --locked --no-run
 
-test-images: ## import the debug build as docker.io/flashsale/flashsale:dev into the node
+test-images: ## import the debug build into the node as docker.io/flashsale/{flashsale,operator}:dev
 	@e2e/stack/image.sh flashsale dev target/debug/flashsale >/dev/null
+	@e2e/stack/image.sh operator dev target/debug/flashsale-operator >/dev/null
 
 crds: ## regenerate crds/ from the Rust types
 	cargo run --quiet --locked -p flashsale-operator --bin crdgen > crds/flashsale.yaml

@@ -1,19 +1,132 @@
 #!/usr/bin/env bash
-# The demo: for now, each real service of the stack answering, one by one.
+# make demo: a live flash sale end to end on the real one-node cluster,
+# narrated. The chart installs the operator and the shopper API; a merchant
+# applies a FlashSale; a storm of shoppers buys through the API Service; the
+# consumers the operator scales persist the orders; the sale ends, reconciles
+# and cleans up; a report closes it. Runs again without cleanup by hand.
+# Expects the stack (make stack) and the release build (make release).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 : "${KUBECONFIG:?source .run/env first (make demo does)}"
-say() { printf '\n\033[1;32m==> %s\033[0m\n' "$*"; }
 
-say "Redis (single node) at $REDIS_URL"
-redis-cli -u "$REDIS_URL" ping
-say "Redis Cluster (3 masters) at $REDIS_CLUSTER_URLS"
-redis-cli -u "${REDIS_CLUSTER_URLS%%,*}" cluster info | grep -E 'cluster_state|cluster_size'
-say "PostgreSQL at $DATABASE_URL"
-psql "$DATABASE_URL" -Atc 'select version()'
-target/debug/flashsale migrate --database-url "$DATABASE_URL"
-say "Kafka at $KAFKA_BOOTSTRAP"
-kcat -b "$KAFKA_BOOTSTRAP" -L -m 5 | head -3
-say "Kubernetes at $(kubectl config view -o jsonpath='{.clusters[0].cluster.server}')"
-kubectl version
-kubectl get --raw /readyz; echo
-say "all services answer"
+NS=flashsale-demo
+SALE=iphone-drop
+RELEASE=flashsale
+VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+RESULTS=results/demo
+mkdir -p "$RESULTS"
+WATCH_PID='' SAMPLER_PID=''
+trap '[ -n "$WATCH_PID" ] && kill "$WATCH_PID" 2>/dev/null; [ -n "$SAMPLER_PID" ] && kill "$SAMPLER_PID" 2>/dev/null; true' EXIT
+
+step() { printf '\n\033[1;32m==> %s\033[0m\n' "$*"; }
+say() { printf '    %s\n' "$*"; }
+state() { kubectl get fs "$SALE" -n "$NS" -o jsonpath='{.status.state}' 2>/dev/null || true; }
+wait_state() { # STATE TIMEOUT
+  local deadline=$((SECONDS + $2))
+  until [ "$(state)" = "$1" ]; do
+    [ "$SECONDS" -lt "$deadline" ] || { echo "no $1 within $2 s (state: $(state))"; kubectl describe fs "$SALE" -n "$NS" | tail -30; exit 1; }
+    sleep 0.5
+  done
+}
+
+step "1/8 Images: the release binaries, imported into the node (no registry)"
+e2e/stack/image.sh flashsale "$VERSION" target/release/flashsale
+e2e/stack/image.sh operator "$VERSION" target/release/flashsale-operator
+
+step "2/8 The chart: operator (2 replicas, leader election) and shopper API (2 replicas) in $NS"
+kubectl apply --server-side --force-conflicts -f crds/flashsale.yaml >/dev/null
+helm upgrade --install "$RELEASE" charts/flashsale -n "$NS" --create-namespace \
+  -f charts/flashsale/ci/local-values.yaml \
+  --set images.operator.tag="$VERSION" --set images.flashsale.tag="$VERSION" \
+  --set operator.watchNamespace="$NS" --set operator.reservationMinAge=10s \
+  --wait --timeout 5m >/dev/null
+kubectl get pods -n "$NS" -o wide
+
+step "3/8 A clean slate: the previous demo's sale, if any, is deleted (its orders stay)"
+if kubectl get fs "$SALE" -n "$NS" >/dev/null 2>&1; then
+  kubectl delete fs "$SALE" -n "$NS" --timeout=5m
+else
+  say "none"
+fi
+
+step "4/8 The merchant applies the sale: start in 60 s, warm-up 20 s before"
+start=$(date -u -d '+60 seconds' +%Y-%m-%dT%H:%M:%SZ)
+end=$(date -u -d '+150 seconds' +%Y-%m-%dT%H:%M:%SZ)
+sed -e "s/start: \".*\"/start: \"$start\"/" -e "s/end: \".*\"/end: \"$end\"/" examples/flashsale.yaml |
+  kubectl apply -n "$NS" -f -
+say "kubectl get fs -w (every change, as the SRE sees it):"
+kubectl get fs -n "$NS" -w --output-watch-events 2>/dev/null | sed 's/^/    | /' &
+WATCH_PID=$!
+# Consumer replicas over time, for the report.
+(while :; do
+  echo "$(date +%s) $(kubectl get deploy "$SALE-consumers" -n "$NS" -o jsonpath='{.spec.replicas}' 2>/dev/null || echo 0)"
+  sleep 1
+done) >"$RESULTS/replicas.txt" &
+SAMPLER_PID=$!
+
+wait_state Warm 90
+say "warmed: Redis loaded from the database and verified"
+wait_state Live 60
+
+step "5/8 The storm: 40,000 purchases by 30,000 shoppers through the API Service"
+api=$(kubectl get svc "$RELEASE-api" -n "$NS" -o jsonpath='{.spec.clusterIP}:{.spec.ports[0].port}')
+jwt=$(mktemp)
+kubectl get secret "$RELEASE-jwt" -n "$NS" -o jsonpath='{.data.hs256-secret}' | base64 -d >"$jwt"
+kubectl get pods -n "$NS" -o wide | sed 's/^/    /'
+FLASHSALE_REDIS=$REDIS_URL target/release/flashsale load --url "http://$api" --sale "$SALE" \
+  --namespace "$NS" --jwt-secret-file "$jwt" --shoppers 30000 --requests 40000 --concurrency 100 \
+  --pay 0.5 --cancel 0.05 --check --json "$RESULTS/load.json"
+rm -f "$jwt"
+kubectl get pods -n "$NS" -o wide | sed 's/^/    /'
+
+step "6/8 The kill switch: paused, then resumed"
+kubectl patch fs "$SALE" -n "$NS" --type=merge -p '{"spec":{"paused":true}}' >/dev/null
+sleep 2
+kubectl get fs "$SALE" -n "$NS" -o jsonpath='    Paused condition: {.status.conditions[?(@.type=="Paused")].status} ({.status.conditions[?(@.type=="Paused")].reason}){"\n"}'
+kubectl patch fs "$SALE" -n "$NS" --type=merge -p '{"spec":{"paused":false}}' >/dev/null
+
+step "7/8 The end: final reconciliation, cleanup, completed"
+wait_state Ended 150
+wait_state Completed 240
+kill "$WATCH_PID" "$SAMPLER_PID" 2>/dev/null || true
+WATCH_PID='' SAMPLER_PID=''
+
+step "8/8 Report"
+python3 - "$RESULTS" "$NS" "$SALE" <<'PY'
+import json, sys
+results, ns, sale = sys.argv[1:4]
+load = json.load(open(f"{results}/load.json"))
+storm = load["storm"]
+print(f"    {storm['mode']}: {storm['requests']} purchases in {storm['durationSecs']:.1f} s "
+      f"({storm['requestsPerSec']:.0f}/s), {storm['acceptedOrders']} orders / {storm['acceptedUnits']} units accepted, "
+      f"{storm['paid']} paid, {storm['cancelled']} cancelled")
+print(f"    {'outcome':<32}{'count':>8}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'p99.9 ms':>10}{'max ms':>9}")
+for outcome, l in storm["outcomes"].items():
+    print(f"    {outcome:<32}{l['count']:>8}{l['p50Ms']:>9.2f}{l['p90Ms']:>9.2f}{l['p99Ms']:>9.2f}{l['p999Ms']:>10.2f}{l['maxMs']:>9.2f}")
+samples = [line.split() for line in open(f"{results}/replicas.txt") if len(line.split()) == 2]
+if samples:
+    t0, last, steps = int(samples[0][0]), None, []
+    for t, r in samples:
+        if r != last:
+            steps.append(f"t+{int(t) - t0}s: {r}")
+            last = r
+    print("    consumer replicas over time: " + ", ".join(steps))
+failed = False
+print("    invariants (checked right after the storm, orders drained):")
+for v in load["invariants"] or []:
+    mark = {True: "ok  ", False: "FAIL", None: "n/a "}[v["holds"]]
+    failed |= v["holds"] is False
+    print(f"      {mark} {v['id']} {v['name']:<17} {v['detail']}")
+sys.exit(1 if failed else 0)
+PY
+psql "$DATABASE_URL" -Atc "select '    persisted orders by status: ' || string_agg(status || ' ' || n, ', ') from (
+  select o.status, count(*) n from orders o join sales s on s.id = o.sale_id
+  where s.namespace = '$NS' and s.name = '$SALE' and s.id = (
+    select id from sales where namespace = '$NS' and name = '$SALE' order by created_at desc limit 1)
+  group by o.status order by o.status) t"
+kubectl get fs -n "$NS"
+kubectl get fs "$SALE" -n "$NS" -o jsonpath='{range .status.conditions[*]}    {.type}={.status} ({.reason}){"\n"}{end}'
+say "events:"
+kubectl get events -n "$NS" --field-selector involvedObject.kind=FlashSale \
+  --sort-by=.metadata.creationTimestamp -o custom-columns=REASON:.reason,MESSAGE:.message --no-headers | sed 's/^/    /'
+say "lifecycle reached: Scheduled -> Warm -> Live -> Ended -> CleaningUp -> Completed; report in $RESULTS/"

@@ -14,5 +14,6 @@ started=$SECONDS
 "$STACK_DIR/kafka.sh" up
 "$STACK_DIR/kube.sh" up
 "$STACK_DIR/node.sh" up
+"$STACK_DIR/build-k8s.sh" helm
 "$STACK_DIR/write-env.sh"
 log "stack up in $((SECONDS - started)) s; run: . $ENV_FILE"

@@ -283,16 +283,23 @@ pub async fn apply(
                     .await
                 {
                     Ok(_) => {
-                        let what = match kind {
-                            JobKind::Periodic(n) => format!("periodic reconciliation #{n}"),
-                            JobKind::Final => "final reconciliation".into(),
-                            JobKind::Cleanup => "cleanup".into(),
+                        // A reason per kind: the Recorder folds events of one
+                        // reason into a series, which would hide the later ones.
+                        let (reason, what) = match kind {
+                            JobKind::Periodic(n) => (
+                                "ReconcileJobStarted",
+                                format!("periodic reconciliation #{n}"),
+                            ),
+                            JobKind::Final => {
+                                ("FinalReconcileJobStarted", "final reconciliation".into())
+                            }
+                            JobKind::Cleanup => ("CleanupJobStarted", "cleanup".into()),
                         };
                         event(
                             ctx,
                             fs,
                             normal,
-                            "JobStarted",
+                            reason,
                             "StartJob",
                             format!("{what}: Job {}", job_name(&sale.name, kind)),
                         )

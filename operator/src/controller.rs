@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use flashsale_workload::bus::admin::AdminError;
 use flashsale_workload::bus::topics;
 use flashsale_workload::domain::sale::SaleMeta;
 use flashsale_workload::orders::sales;
@@ -12,13 +13,14 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::Controller;
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
+use rdkafka::error::RDKafkaErrorCode;
 
 use crate::apply::{Applied, ApplyError, apply};
 use crate::conditions::{Facts, conditions, verdicts};
@@ -28,6 +30,7 @@ use crate::crd::{
 };
 use crate::observe::{Observation, ObserveError, observe};
 use crate::plan::{Action, Plan, Refused, Timeline, Wanted, plan};
+use crate::resources::consumers_name;
 use crate::scaling::{ScalingDecision, ScalingMemory, ScalingSpec, desired_replicas, next_check};
 
 /// A failed reconcile, by step.
@@ -48,6 +51,9 @@ pub enum Error {
     /// Removing the sale's state on delete failed.
     #[error("failed to clean up the deleted sale: {0}")]
     Finalizer(String),
+    /// Deletion waits for something (an error, so the finalizer stays on).
+    #[error("deletion waits for {0}")]
+    Waiting(&'static str),
 }
 
 impl From<ObserveError> for Error {
@@ -68,6 +74,7 @@ impl Error {
             Self::Apply(_) => "apply",
             Self::Status(_) => "status",
             Self::Finalizer(_) => "finalizer",
+            Self::Waiting(_) => "waiting",
         }
     }
 }
@@ -240,7 +247,11 @@ async fn write_status(
         warmed: obs.observed.redis.warmed(),
         paused: fs.spec.paused,
         remaining: stock.remaining,
-        consumers: (scaling.replicas, ready_consumers),
+        consumers: if decided.state == SaleState::Completed {
+            (0, 0)
+        } else {
+            (scaling.replicas, ready_consumers)
+        },
         reconciled: obs
             .last_run
             .as_ref()
@@ -287,16 +298,10 @@ async fn write_status(
         let from = previous
             .state
             .map_or("new".to_string(), |s| format!("{s:?}"));
-        let note = format!("{from} -> {:?}", decided.state);
-        publish(
-            ctx,
-            fs,
-            EventType::Normal,
-            "StateChanged",
-            "Transition",
-            note,
-        )
-        .await;
+        // The new state is the reason, so each transition is its own event.
+        let reason = format!("{:?}", decided.state);
+        let note = format!("{from} -> {reason}");
+        publish(ctx, fs, EventType::Normal, &reason, "Transition", note).await;
     }
     let api: Api<FlashSale> = Api::namespaced(ctx.client.clone(), &obs.config.sale.namespace);
     let patch = serde_json::json!({
@@ -380,7 +385,30 @@ async fn cleanup_deleted(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeu
             format!("{lag} orders still in the topic"),
         )
         .await;
-        return Ok(Requeue::requeue(Duration::from_secs(2)));
+        return Err(Error::Waiting("the sale's orders to drain"));
+    }
+    // The consumers must leave the group before it can go.
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &sale.namespace);
+    let consumers = consumers_name(&sale.name);
+    if deployments
+        .get_opt(&consumers)
+        .await
+        .map_err(|e| failed(&e))?
+        .is_some()
+    {
+        deployments
+            .delete(&consumers, &DeleteParams::foreground())
+            .await
+            .map_err(|e| failed(&e))?;
+    }
+    match ctx.admin.delete_group(&topics::consumer_group(sale)).await {
+        Err(AdminError::Refused {
+            code: RDKafkaErrorCode::NonEmptyGroup,
+            ..
+        }) => {
+            return Err(Error::Waiting("the consumers to leave their group"));
+        }
+        other => other.map_err(|e| failed(&e))?,
     }
     ctx.store
         .delete(sale, config.shards)
@@ -401,7 +429,7 @@ async fn cleanup_deleted(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeu
         EventType::Normal,
         "Deleted",
         "Delete",
-        "Redis state and topics removed; orders kept".into(),
+        "Redis state, topics and consumer group removed; orders kept".into(),
     )
     .await;
     Ok(Requeue::await_change())
@@ -428,7 +456,9 @@ pub async fn reconcile(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeue,
     ctx.metrics
         .duration
         .observe(started.elapsed().as_secs_f64());
-    if let Err(e) = &result {
+    if let Err(Error::Waiting(what)) = &result {
+        tracing::info!(sale = %format!("{namespace}/{}", fs.name_any()), "deletion waits for {what}");
+    } else if let Err(e) = &result {
         ctx.metrics
             .errors
             .get_or_create(&crate::metrics::ErrorLabels {
@@ -449,10 +479,12 @@ pub async fn reconcile(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeue,
     result
 }
 
-/// An invalid resource waits for a change; anything else is retried soon.
+/// An invalid resource waits for a change; a deletion waiting for its orders
+/// looks again in 2 s; anything else is retried in 5 s.
 pub fn error_policy(_fs: Arc<FlashSale>, error: &Error, _ctx: Arc<Context>) -> Requeue {
     match error {
         Error::Invalid(_) => Requeue::requeue(Duration::from_secs(300)),
+        Error::Waiting(_) => Requeue::requeue(Duration::from_secs(2)),
         _ => Requeue::requeue(Duration::from_secs(5)),
     }
 }

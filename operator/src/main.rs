@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,7 +21,6 @@ use kube::api::ListParams;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::{Api, Client};
 use kube_lease_manager::LeaseManagerBuilder;
-use tokio::sync::watch;
 
 /// Runs FlashSales: warm-up, the kill switch, consumer scaling,
 /// reconciliation and cleanup Jobs, status conditions and events.
@@ -111,7 +111,7 @@ fn identity(args: &Args) -> String {
 async fn serve_http(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
-    leader: watch::Receiver<bool>,
+    leading: Arc<AtomicBool>,
 ) {
     use axum::http::StatusCode;
     use axum::routing::get;
@@ -120,7 +120,7 @@ async fn serve_http(
         .route(
             "/readyz",
             get(move || {
-                let leading = *leader.borrow();
+                let leading = leading.load(Ordering::Relaxed);
                 async move {
                     // A standby is ready too: it is healthy and waiting for the lease.
                     (StatusCode::OK, if leading { "leader" } else { "standby" })
@@ -220,7 +220,10 @@ async fn main() -> anyhow::Result<()> {
         .context("failed to set up leader election")?;
     let (mut leader, lease_task) = lease.watch().await;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
-    tokio::spawn(serve_http(listener, metrics, leader.clone()));
+    // The HTTP server sees a flag, not the lease channel: the lease is
+    // released only once every receiver of that channel is gone.
+    let leading = Arc::new(AtomicBool::new(false));
+    tokio::spawn(serve_http(listener, metrics, leading.clone()));
     tracing::info!(%identity, lease = %args.lease_name, "waiting to lead");
     loop {
         if *leader.borrow_and_update() {
@@ -232,6 +235,7 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     tracing::info!(%identity, "leading: reconciling FlashSales");
+    leading.store(true, Ordering::Relaxed);
     let mut lost = leader.clone();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<&'static str>();
     tokio::spawn(async move {

@@ -221,6 +221,7 @@ pub fn consumer_deployment(fs: &FlashSale, settings: &WorkloadSettings) -> Deplo
                 }),
                 spec: Some(PodSpec {
                     containers: vec![consumer],
+                    automount_service_account_token: Some(false),
                     security_context: hardened().0,
                     termination_grace_period_seconds: Some(30),
                     ..PodSpec::default()
@@ -270,6 +271,7 @@ pub fn job(fs: &FlashSale, settings: &WorkloadSettings, kind: JobKind) -> Job {
                 }),
                 spec: Some(PodSpec {
                     containers: vec![container],
+                    automount_service_account_token: Some(false),
                     restart_policy: Some("Never".into()),
                     security_context: hardened().0,
                     ..PodSpec::default()

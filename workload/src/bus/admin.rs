@@ -26,12 +26,12 @@ pub enum AdminError {
     /// A created topic still has partitions without a leader.
     #[error("kafka topic {0} has partitions without a leader after 10 s")]
     NoLeader(String),
-    /// The broker refused the change for one topic.
-    #[error("kafka refused to {action} topic {topic}: {code}")]
+    /// The broker refused the change for one topic or group.
+    #[error("kafka refused to {action} {topic}: {code}")]
     Refused {
         /// create or delete.
         action: &'static str,
-        /// The topic.
+        /// The topic or group.
         topic: String,
         /// The broker's reason.
         code: RDKafkaErrorCode,
@@ -74,6 +74,29 @@ impl Admin {
         }
         for name in names {
             self.wait_for_leaders(name).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes a consumer group and its committed offsets (a recreated sale of
+    /// the same name must start from the beginning of its new topic); a
+    /// missing group is fine.
+    pub async fn delete_group(&self, group: &str) -> Result<(), AdminError> {
+        for result in self
+            .client
+            .delete_groups(&[group], &Self::options())
+            .await?
+        {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::GroupIdNotFound)) => {}
+                Err((name, code)) => {
+                    return Err(AdminError::Refused {
+                        action: "delete",
+                        topic: name,
+                        code,
+                    });
+                }
+            }
         }
         Ok(())
     }

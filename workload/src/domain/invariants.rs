@@ -18,6 +18,9 @@ pub struct Evidence {
     pub accepted: BTreeMap<String, (String, i64)>,
     /// Whether any shopper was told SOLD_OUT.
     pub sold_out_seen: bool,
+    /// Purchases whose answer never arrived (connection lost): each may or
+    /// may not have become an order, and the shopper was told neither.
+    pub unanswered: usize,
     /// Every order in the database, by id.
     pub orders: BTreeMap<String, DbOrder>,
     /// The sale's `sold` column.

@@ -22,6 +22,8 @@ pub struct Told {
     pub accepted: BTreeMap<String, (String, i64)>,
     /// Whether SOLD_OUT was answered.
     pub sold_out_seen: bool,
+    /// Purchases whose answer never arrived.
+    pub unanswered: usize,
 }
 
 /// Evidence could not be gathered.
@@ -131,6 +133,7 @@ async fn read(
         limit: config.purchase_limit,
         accepted: told.accepted.clone(),
         sold_out_seen: told.sold_out_seen,
+        unanswered: told.unanswered,
         sold: db.sold,
         shopper_units: db.shopper_units,
         orders: db.orders,

@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# Checks the Helm chart charts/flashsale against the running stack (make up):
+#   - its CRD is the repository's crds/flashsale.yaml, byte for byte, also
+#     inside the packaged chart;
+#   - helm lint --strict, with the default values and the local stack's;
+#   - helm template | kubectl apply --dry-run=server against the real
+#     apiserver, for the default values and a few variants (the CRD is
+#     applied first);
+#   - values.schema.json refuses bad values, and no connection string or key
+#     is rendered into a pod spec.
+# Exits non-zero when any check fails. Usage: e2e/chart-check.sh
+# shellcheck source-path=SCRIPTDIR source=stack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/stack/lib.sh"
+
+CHART=$REPO_DIR/charts/flashsale
+CRD=$REPO_DIR/crds/flashsale.yaml
+LOCAL_VALUES=$CHART/ci/local-values.yaml
+HELM=$HELM_BIN/helm
+KUBECTL=$K8S_BIN/kubectl
+export KUBECONFIG=${KUBECONFIG:-$RUN_DIR/kubeconfig}
+# Rendered objects land (in dry run only) in this existing namespace, under a
+# release name no real install uses.
+NS=default
+RELEASE=chart-check
+
+[ -x "$HELM" ] || die "$HELM is missing: e2e/stack/build-k8s.sh helm"
+[ -x "$KUBECTL" ] || die "$KUBECTL is missing: make up"
+"$KUBECTL" --request-timeout=5s get --raw /readyz >/dev/null 2>&1 ||
+  die "the apiserver does not answer (make up)"
+
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+
+failed=0
+pass() { printf '\033[1;32m  ok\033[0m %s\n' "$*"; }
+fail() {
+  printf '\033[1;31mFAIL\033[0m %s\n' "$*"
+  failed=$((failed + 1))
+}
+
+# helm ARGS...: the stack's helm, without its notice that the chart's CRD is a
+# symbolic link (expected: it points at crds/flashsale.yaml).
+helm() {
+  local rc=0
+  "$HELM" "$@" 2>"$TMP/helm.err" || rc=$?
+  grep -v 'found symbolic link in path' "$TMP/helm.err" >&2 || true
+  return "$rc"
+}
+
+# ---------------------------------------------------------------- CRD ----
+link=$CHART/crds/flashsale.yaml
+if [ -L "$link" ]; then
+  if [ "$(readlink -f "$link")" = "$(readlink -f "$CRD")" ]; then
+    pass "charts/flashsale/crds/flashsale.yaml links to crds/flashsale.yaml"
+  else
+    fail "charts/flashsale/crds/flashsale.yaml links to $(readlink "$link"), not crds/flashsale.yaml"
+  fi
+elif cmp -s "$link" "$CRD"; then
+  pass "charts/flashsale/crds/flashsale.yaml equals crds/flashsale.yaml"
+else
+  fail "charts/flashsale/crds/flashsale.yaml differs from crds/flashsale.yaml (copy it again)"
+fi
+if helm package "$CHART" -d "$TMP/pkg" >/dev/null &&
+  tar -xzOf "$TMP"/pkg/flashsale-*.tgz flashsale/crds/flashsale.yaml | cmp -s - "$CRD"; then
+  pass "the packaged chart carries crds/flashsale.yaml byte for byte"
+else
+  fail "the packaged chart's CRD differs from crds/flashsale.yaml"
+fi
+
+# --------------------------------------------------------------- lint ----
+if helm lint --strict "$CHART" >"$TMP/lint" 2>&1; then
+  pass "helm lint --strict (default values)"
+else
+  cat "$TMP/lint"
+  fail "helm lint --strict (default values)"
+fi
+if helm lint --strict "$CHART" -f "$LOCAL_VALUES" >"$TMP/lint" 2>&1; then
+  pass "helm lint --strict (local stack values)"
+else
+  cat "$TMP/lint"
+  fail "helm lint --strict (local stack values)"
+fi
+
+# ------------------------------------------- render, then server dry run ----
+"$KUBECTL" apply --server-side --field-manager=flashsale-operator --force-conflicts -f "$CRD" >/dev/null ||
+  die "cannot apply $CRD"
+"$KUBECTL" wait --for=condition=Established --timeout=30s crd/flashsales.flashsale.dev >/dev/null ||
+  die "the FlashSale CRD is not established"
+
+# render NAME ARGS...: helm template with ARGS into $TMP/NAME.yaml.
+render() {
+  local name=$1
+  shift
+  helm template "$RELEASE" "$CHART" --namespace "$NS" "$@" >"$TMP/$name.yaml"
+}
+
+# dry_run NAME ARGS...: render, then have the apiserver validate every object
+# (schema, strict fields, admission) without persisting anything.
+dry_run() {
+  local name=$1
+  if ! render "$@" 2>"$TMP/$name.err"; then
+    cat "$TMP/$name.err"
+    fail "helm template ($name)"
+    return 0
+  fi
+  if "$KUBECTL" apply --dry-run=server --validate=strict -f "$TMP/$name.yaml" >"$TMP/$name.out" 2>&1; then
+    pass "helm template | kubectl apply --dry-run=server ($name: $(grep -c '^kind:' "$TMP/$name.yaml") objects)"
+  else
+    cat "$TMP/$name.out"
+    fail "kubectl apply --dry-run=server ($name)"
+  fi
+}
+
+dry_run defaults
+dry_run local -f "$LOCAL_VALUES"
+dry_run local-one-namespace -f "$LOCAL_VALUES" \
+  --set operator.watchNamespace="$NS" --set api.devIdentity=true \
+  --set api.service.type=NodePort --set api.service.nodePort=30080 \
+  --set rbac.ownerReferencesPermissionEnforcement=true \
+  --set database.password='p@ss w/rd+%' --set database.sslMode=disable
+dry_run existing-secrets -f "$LOCAL_VALUES" \
+  --set database.existingSecret=pg --set database.existingSecretPodKey=pod-url \
+  --set redis.existingSecret=redis --set jwt.hs256.existingSecret=jwt \
+  --set jwt.rs256.existingSecret=jwt-rs256 \
+  --set operator.serviceAccount.create=false --set operator.serviceAccount.name=op
+dry_run operator-only --set api.enabled=false --set rbac.create=false \
+  --set operator.podDisruptionBudget.enabled=false
+
+# The rendered objects are what they should be.
+expect() {
+  local what=$1
+  shift
+  if "$@"; then pass "$what"; else fail "$what"; fi
+}
+# kinds NAME: "KIND=COUNT ..." of a rendering, sorted by kind.
+kinds() { grep '^kind:' "$TMP/$1.yaml" | sort | uniq -c | awk '{ printf "%s%s=%s", sep, $3, $1; sep = " " }'; }
+# no_inline_url NAME: no pod spec of a rendering carries a database URL.
+no_inline_url() { ! grep -Eq 'value: "?postgres(ql)?://' "$TMP/$1.yaml"; }
+expect "defaults: a ClusterRole and binding, the leader-election Role, 2 Deployments, 2 PDBs, 2 Services" \
+  test "$(kinds defaults)" = "ClusterRole=1 ClusterRoleBinding=1 Deployment=2 PodDisruptionBudget=2 Role=1 RoleBinding=1 Secret=2 Service=2 ServiceAccount=2"
+expect "watchNamespace: Roles only, no ClusterRole" \
+  test "$(kinds local-one-namespace)" = "Deployment=2 PodDisruptionBudget=2 Role=2 RoleBinding=2 Secret=2 Service=2 ServiceAccount=2"
+expect "existing Secrets: the chart makes none" \
+  test "$(grep -c '^kind: Secret' "$TMP/existing-secrets.yaml")" = 0
+expect "the database password is percent-encoded into the URL" \
+  grep -q '"postgres://postgres:p%40ss%20w%2Frd%2B%25@198.18.0.1:15432/flashsale?sslmode=disable"' "$TMP/local-one-namespace.yaml"
+expect "no connection string or key in a pod spec (all from Secrets)" \
+  no_inline_url defaults
+expect "the API pods mount no ServiceAccount token" \
+  grep -q 'automountServiceAccountToken: false' "$TMP/defaults.yaml"
+
+# ServiceMonitors: rendered only when enabled; sent to the apiserver only
+# where the Prometheus Operator's CRD exists.
+if render service-monitor --set serviceMonitor.enabled=true 2>"$TMP/sm.err" &&
+  [ "$(grep -c '^kind: ServiceMonitor' "$TMP/service-monitor.yaml")" = 2 ] &&
+  [ "$(grep -c '^kind: ServiceMonitor' "$TMP/defaults.yaml")" = 0 ]; then
+  pass "serviceMonitor.enabled renders 2 ServiceMonitors (none by default)"
+  if "$KUBECTL" get crd servicemonitors.monitoring.coreos.com >/dev/null 2>&1; then
+    dry_run service-monitor --set serviceMonitor.enabled=true
+  fi
+else
+  cat "$TMP/sm.err"
+  fail "serviceMonitor.enabled renders 2 ServiceMonitors (none by default)"
+fi
+
+# ---------------------------------------------------- refused values ----
+refused() {
+  local what=$1
+  shift
+  if render refused "$@" >/dev/null 2>&1; then
+    fail "values refused: $what (it rendered)"
+  else
+    pass "values refused: $what"
+  fi
+}
+refused "an unknown service type" --set api.service.type=Ingress
+refused "an unknown pull policy" --set images.flashsale.pullPolicy=Sometimes
+refused "an unknown key" --set operator.replicas=3
+refused "a Redis URL without scheme" --set redis.url=redis:6379
+refused "a string replica count" --set-string api.replicaCount=two
+refused "no way to know shoppers" --set jwt.hs256.enabled=false
+
+if [ "$failed" -gt 0 ]; then
+  printf '\033[1;31mchart-check: %d check(s) failed\033[0m\n' "$failed"
+  exit 1
+fi
+printf '\033[1;32mchart-check: all checks passed\033[0m\n'

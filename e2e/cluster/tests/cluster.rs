@@ -1,0 +1,363 @@
+//! The product as a user meets it, on the real one-node cluster: the chart
+//! installs the operator and the API; a FlashSale is applied; a storm of
+//! shoppers buys through the API Service while an API pod and a consumer pod
+//! are killed; the consumers the operator scales persist every order; the
+//! sale ends, reconciles, cleans up; I1-I6 hold.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+use flashsale_operator::crd::{FlashSale, SaleState};
+use flashsale_testkit as stack;
+use flashsale_workload::domain::invariants;
+use flashsale_workload::domain::sale::SaleRef;
+use flashsale_workload::load::{self, Identity, StormConfig};
+use flashsale_workload::redis::RedisConn;
+use flashsale_workload::redis::store::SaleStore;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+
+const RELEASE: &str = "e2e";
+const SALE: &str = "e2e-drop";
+
+fn run(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .env("KUBECONFIG", stack::kubeconfig())
+        .env("PATH", stack::var("PATH"))
+        .output()
+        .unwrap_or_else(|e| panic!("{program} runs ({e}): {}", stack::START_HINT));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{program} {args:?} failed: {text}");
+    text
+}
+
+/// The test's namespace: the release and everything in it go when dropped.
+struct Release(String);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let ns = self.0.as_str();
+        let quiet = |args: &[&str]| {
+            let _ = Command::new(args[0])
+                .args(&args[1..])
+                .env("KUBECONFIG", stack::kubeconfig())
+                .env("PATH", stack::var("PATH"))
+                .output();
+        };
+        // The sale first, while its operator still runs its finalizer.
+        quiet(&[
+            "kubectl",
+            "delete",
+            "fs",
+            "--all",
+            "-n",
+            ns,
+            "--timeout=120s",
+        ]);
+        quiet(&["helm", "uninstall", RELEASE, "-n", ns, "--wait"]);
+        quiet(&["kubectl", "delete", "namespace", ns, "--wait=false"]);
+    }
+}
+
+async fn client() -> Client {
+    let kubeconfig = Kubeconfig::read_from(stack::kubeconfig()).unwrap();
+    Client::try_from(
+        Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn running_pods(pods: &Api<Pod>, component: &str) -> Vec<String> {
+    pods.list(&ListParams::default().labels(&format!("app.kubernetes.io/component={component}")))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .filter_map(|p| p.metadata.name)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sale_on_the_cluster_survives_pod_kills_and_keeps_every_invariant() {
+    let client = client().await;
+    let ns = stack::unique_name("e2e");
+    let _release = Release(ns.clone());
+    run(
+        "kubectl",
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            &stack::repo_dir()
+                .join("crds/flashsale.yaml")
+                .to_string_lossy(),
+        ],
+    );
+    let chart = stack::repo_dir().join("charts/flashsale");
+    let local_values = chart.join("ci/local-values.yaml");
+    run(
+        "helm",
+        &[
+            "install",
+            RELEASE,
+            &chart.to_string_lossy(),
+            "-n",
+            &ns,
+            "--create-namespace",
+            "-f",
+            &local_values.to_string_lossy(),
+            "--set",
+            &format!("operator.watchNamespace={ns}"),
+            "--set",
+            "operator.reservationMinAge=10s",
+            "--set",
+            "operator.leaseSeconds=6",
+            "--wait",
+            "--timeout",
+            "3m",
+        ],
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    assert_eq!(
+        running_pods(&pods, "operator").await.len(),
+        2,
+        "two operator replicas"
+    );
+    assert_eq!(
+        running_pods(&pods, "api").await.len(),
+        2,
+        "two API replicas"
+    );
+
+    let sales: Api<FlashSale> = Api::namespaced(client.clone(), &ns);
+    let at = |secs: i64| {
+        (chrono::Utc::now() + chrono::Duration::seconds(secs))
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    };
+    let fs: FlashSale = serde_json::from_value(serde_json::json!({
+        "apiVersion": "flashsale.dev/v1alpha1", "kind": "FlashSale",
+        "metadata": {"name": SALE, "namespace": ns},
+        "spec": {
+            "sku": "SKU-E2E", "stock": 5000, "purchaseLimit": 2, "sharding": {"shards": 4},
+            "window": {"start": at(20), "end": at(80)},
+            "warmup": {"leadTime": "10s"}, "cleanup": {"after": "15s"},
+            "consumers": {"minReplicas": 1, "maxReplicas": 4, "lagPerReplica": 10, "pollInterval": "1s", "scaleDownStabilization": "10s"},
+        }
+    }))
+    .unwrap();
+    sales.create(&PostParams::default(), &fs).await.unwrap();
+    let state = || async { sales.get(SALE).await.ok().and_then(|f| f.status?.state) };
+    wait_for(Duration::from_secs(60), "Live", || async {
+        (state().await? == SaleState::Live).then_some(())
+    })
+    .await;
+    wait_for(
+        Duration::from_secs(30),
+        "a running consumer pod",
+        || async { (!running_pods(&pods, "consumer").await.is_empty()).then_some(()) },
+    )
+    .await;
+
+    // Replicas over the storm.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let most_replicas = Arc::new(AtomicI32::new(0));
+    let sampler = {
+        let (deployments, most) = (deployments.clone(), most_replicas.clone());
+        tokio::spawn(async move {
+            loop {
+                if let Ok(Some(d)) = deployments.get_opt(&format!("{SALE}-consumers")).await {
+                    most.fetch_max(
+                        d.spec.and_then(|s| s.replicas).unwrap_or(0),
+                        Ordering::Relaxed,
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let service = services
+        .get(&format!("{RELEASE}-flashsale-api"))
+        .await
+        .unwrap();
+    let spec = service.spec.unwrap();
+    let url = format!(
+        "http://{}:{}",
+        spec.cluster_ip.unwrap(),
+        spec.ports.unwrap()[0].port
+    );
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let jwt = secrets
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find_map(|s| s.data?.get("hs256-secret").map(|v| v.0.clone()))
+        .expect("the chart's JWT secret");
+    let storm = tokio::spawn(load::storm(StormConfig {
+        url,
+        sale: SALE.into(),
+        shoppers: 4000,
+        requests: 6000,
+        duration: Duration::from_secs(40),
+        concurrency: 40,
+        rate: None,
+        think: Duration::from_millis(5),
+        max_quantity: 2,
+        pay: 0.3,
+        cancel: 0.05,
+        identity: Identity::Jwt(jwt),
+        progress: false,
+    }));
+
+    // Mid-storm: an API pod is deleted (graceful), a consumer pod is killed.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let api_pod = running_pods(&pods, "api").await.pop().expect("an API pod");
+    pods.delete(&api_pod, &DeleteParams::default())
+        .await
+        .unwrap();
+    let consumer_pod = running_pods(&pods, "consumer")
+        .await
+        .pop()
+        .expect("a consumer pod");
+    pods.delete(
+        &consumer_pod,
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+    )
+    .await
+    .unwrap();
+
+    let (report, told) = storm.await.unwrap();
+    println!("{}", load::render(&report));
+    assert!(report.accepted_orders > 0);
+    let store = SaleStore::new(
+        RedisConn::connect(&stack::redis_url().parse().unwrap())
+            .await
+            .unwrap(),
+    );
+    let db = flashsale_workload::orders::connect(&stack::database_url(), 2)
+        .await
+        .unwrap();
+    let config =
+        flashsale_workload::orders::sales::find_current(&db, &SaleRef::new(&ns, SALE).unwrap())
+            .await
+            .unwrap()
+            .expect("the sale's row");
+    let evidence = load::gather(
+        &db,
+        &store,
+        &stack::kafka_bootstrap(),
+        &config,
+        &told,
+        Duration::from_secs(120),
+    )
+    .await
+    .unwrap();
+    let verdicts = invariants::evaluate(&evidence);
+    for v in &verdicts {
+        println!("{:?} {} {} {}", v.holds, v.id, v.name, v.detail);
+    }
+    assert!(invariants::all_hold(&verdicts), "invariants: {verdicts:#?}");
+    assert!(
+        verdicts[5].holds == Some(true),
+        "I6 was checked while Redis held the sale"
+    );
+
+    wait_for(Duration::from_secs(150), "Completed", || async {
+        (state().await? == SaleState::Completed).then_some(())
+    })
+    .await;
+    sampler.abort();
+    let most = most_replicas.load(Ordering::Relaxed);
+    assert!(
+        most > 1,
+        "the operator scaled the consumers from lag (most replicas seen: {most})"
+    );
+
+    let status = sales.get(SALE).await.unwrap().status.unwrap();
+    let condition = |t: &str| {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == t)
+            .map(|c| (c.status.clone(), c.reason.clone()))
+            .unwrap()
+    };
+    assert_eq!(condition("CleanedUp").0, "True");
+    assert_eq!(
+        condition("Reconciled").0,
+        "True",
+        "{:?}",
+        status.last_reconciliation
+    );
+    assert_eq!(condition("Warmed").1, "CleanedUp");
+    assert_eq!(condition("Degraded").0, "False");
+    let events = run(
+        "kubectl",
+        &[
+            "get",
+            "events",
+            "-n",
+            &ns,
+            "--field-selector",
+            &format!("involvedObject.name={SALE}"),
+            "-o",
+            "jsonpath={.items[*].reason}",
+        ],
+    );
+    let reasons: BTreeSet<&str> = events.split_whitespace().collect();
+    for reason in [
+        "SaleRowCreated",
+        "TopicsCreated",
+        "Warmed",
+        "Scaled",
+        "Live",
+        "Ended",
+        "FinalReconcileJobStarted",
+        "CleanupJobStarted",
+        "Completed",
+    ] {
+        assert!(
+            reasons.contains(reason),
+            "event {reason} missing: {reasons:?}"
+        );
+    }
+}
