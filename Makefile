@@ -45,6 +45,10 @@ build: ## build the binaries (debug)
 release: ## build the binaries (release)
 	cargo build --workspace --locked --bins --release
 
+bench: ## every performance figure against its limit, in one run, with its invariants
+	@$(MAKE) --no-print-directory -j2 stack release
+	@$(ENV) taskset -c 0 target/release/flashsale-bench
+
 build-tests: ## compile the tests without running them
 	cargo test --workspace --locked --no-run
 

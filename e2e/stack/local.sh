@@ -27,7 +27,7 @@ up() {
     FLASHSALE_POD_REDIS="redis://$BRIDGE_IP:$REDIS_PORT" \
     FLASHSALE_POD_DATABASE_URL="postgres://postgres@$BRIDGE_IP:$PG_PORT/flashsale" \
     FLASHSALE_POD_KAFKA="$BRIDGE_IP:19094" \
-    FLASHSALE_WORKLOAD_IMAGE="$IMAGE_PREFIX/flashsale:dev" \
+    FLASHSALE_WORKLOAD_IMAGE="$IMAGE_PREFIX/flashsale:dev" MALLOC_ARENA_MAX=2 \
     "$BIN/flashsale-operator" --watch-namespace "$NAMESPACE" --lease-namespace "$NAMESPACE" \
     --listen "127.0.0.1:$OPERATOR_PORT"
   start_bg api "$BIN/flashsale" api --namespace "$NAMESPACE" --dev-identity \

@@ -16,7 +16,9 @@ use crate::context::{Context, MANAGER};
 use crate::crd::FlashSale;
 use crate::observe::Observation;
 use crate::plan::{Action, JobKind};
-use crate::resources::{consumer_deployment, consumers_name, job, job_name, workload_secret};
+use crate::resources::{
+    APPLIED_HASH, consumer_deployment, consumers_name, job, job_name, workload_secret,
+};
 
 /// A failed action.
 #[derive(Debug, thiserror::Error)]
@@ -234,16 +236,27 @@ pub async fn apply(
                 }
             }
             Action::ApplyConsumers { replicas } => {
-                apply_secret(ctx, fs, namespace).await?;
                 let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
                 let name = consumers_name(&sale.name);
-                api.patch(
-                    &name,
-                    &PatchParams::apply(MANAGER).force(),
-                    &Patch::Apply(consumer_deployment(fs, &ctx.workload)),
-                )
-                .await?;
-                let current = obs.deployment.map(|(r, _)| r);
+                let desired = consumer_deployment(fs, &ctx.workload);
+                let hash = desired
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(APPLIED_HASH))
+                    .cloned();
+                // Applying an unchanged object costs the API server a merge
+                // on every reconcile: only what changed is applied.
+                if obs.deployment.as_ref().and_then(|d| d.applied_hash.clone()) != hash {
+                    apply_secret(ctx, fs, namespace).await?;
+                    api.patch(
+                        &name,
+                        &PatchParams::apply(MANAGER).force(),
+                        &Patch::Apply(desired),
+                    )
+                    .await?;
+                }
+                let current = obs.deployment.as_ref().map(|d| d.replicas);
                 if current != Some(replicas) {
                     api.patch_scale(
                         &name,

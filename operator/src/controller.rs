@@ -122,7 +122,10 @@ async fn decide(
 ) -> Result<(Observation, ScalingDecision, Plan), Error> {
     let obs = observe(ctx, fs).await?;
     let spec = scaling_spec(fs);
-    let current = obs.deployment.map_or(spec.min_replicas, |(r, _)| r);
+    let current = obs
+        .deployment
+        .as_ref()
+        .map_or(spec.min_replicas, |d| d.replicas);
     let scaling = desired_replicas(
         &spec,
         obs.observed.lag,
@@ -241,17 +244,13 @@ async fn write_status(
     } else {
         None
     };
-    let ready_consumers = obs.deployment.map_or(0, |(_, ready)| ready);
+    let ready_consumers = obs.deployment.as_ref().map_or(0, |d| d.ready);
     let facts = Facts {
         state: decided.state,
         warmed: obs.observed.redis.warmed(),
         paused: fs.spec.paused,
         remaining: stock.remaining,
-        consumers: if decided.state == SaleState::Completed {
-            (0, 0)
-        } else {
-            (scaling.replicas, ready_consumers)
-        },
+        consumers: (decided.replicas, ready_consumers),
         reconciled: obs
             .last_run
             .as_ref()
@@ -259,9 +258,10 @@ async fn write_status(
         cleaned: decided.state == SaleState::Completed,
         degraded,
     };
-    let last_scale_time = match (&previous.consumers, obs.deployment) {
-        (Some(c), Some((replicas, _))) if replicas == scaling.replicas => c.last_scale_time.clone(),
-        _ if obs.deployment.map(|(r, _)| r) != Some(scaling.replicas) => Some(to_time(now)),
+    let observed_replicas = obs.deployment.as_ref().map(|d| d.replicas);
+    let last_scale_time = match (&previous.consumers, observed_replicas) {
+        (Some(c), Some(replicas)) if replicas == decided.replicas => c.last_scale_time.clone(),
+        _ if observed_replicas != Some(decided.replicas) => Some(to_time(now)),
         (c, _) => c.as_ref().and_then(|c| c.last_scale_time.clone()),
     };
     let status = FlashSaleStatus {
@@ -270,7 +270,7 @@ async fn write_status(
         stock: Some(stock),
         consumers: Some(ConsumersStatus {
             replicas: ready_consumers,
-            desired_replicas: scaling.replicas,
+            desired_replicas: decided.replicas,
             lag: obs.observed.lag.unwrap_or_default(),
             last_scale_time,
             low_since: scaling
@@ -302,6 +302,11 @@ async fn write_status(
         let reason = format!("{:?}", decided.state);
         let note = format!("{from} -> {reason}");
         publish(ctx, fs, EventType::Normal, &reason, "Transition", note).await;
+    }
+    // An unchanged status is not written: every write is a watch event, and
+    // so another reconcile.
+    if fs.status.as_ref() == Some(&status) {
+        return Ok(());
     }
     let api: Api<FlashSale> = Api::namespaced(ctx.client.clone(), &obs.config.sale.namespace);
     let patch = serde_json::json!({

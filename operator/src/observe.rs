@@ -18,7 +18,7 @@ use kube::api::ListParams;
 use crate::context::{Context, InvalidSpec, sale_config};
 use crate::crd::FlashSale;
 use crate::plan::{JobPhase, Observed, RowFacts};
-use crate::resources::{JOB_INDEX_LABEL, JOB_KIND_LABEL, SALE_LABEL, consumers_name};
+use crate::resources::{APPLIED_HASH, JOB_INDEX_LABEL, JOB_KIND_LABEL, SALE_LABEL, consumers_name};
 
 /// A failed observation.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +40,17 @@ pub enum ObserveError {
     Kube(#[from] kube::Error),
 }
 
+/// The consumer Deployment as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeploymentFacts {
+    /// spec.replicas.
+    pub replicas: i32,
+    /// status.readyReplicas.
+    pub ready: i32,
+    /// The hash of what the operator last applied.
+    pub applied_hash: Option<String>,
+}
+
 /// Everything a reconcile knows.
 pub struct Observation {
     /// What the plan reads.
@@ -48,8 +59,8 @@ pub struct Observation {
     pub config: SaleConfig,
     /// The row as stored, and the units persisted.
     pub stored: Option<(SaleConfig, i64)>,
-    /// The consumer Deployment: (replicas, ready replicas).
-    pub deployment: Option<(i32, i32)>,
+    /// The consumer Deployment.
+    pub deployment: Option<DeploymentFacts>,
     /// Partitions of the order topic (0 until created).
     pub partitions: i32,
     /// The last reconciliation run.
@@ -118,7 +129,16 @@ pub async fn observe(ctx: &Context, fs: &FlashSale) -> Result<Observation, Obser
     let partitions = ctx.admin.partitions(&[&orders, &dlq]).await?;
     let redis = ctx.store.loaded(sale, config.shards).await?;
     let uid = config.id.to_string();
-    let lag = if partitions > 0 {
+    // Orders exist only while Redis holds the sale (purchases need its
+    // metadata): a scheduled or cleaned-up sale has no lag and keeps no
+    // Kafka client (each costs threads and memory).
+    let loaded = redis.metas.iter().any(Option::is_some);
+    let lag = if !loaded {
+        ctx.forget_lag_reader(&uid);
+        Some(0)
+    } else if partitions == 0 {
+        None
+    } else {
         match ctx.lag_reader(&uid, &topics::consumer_group(sale)) {
             Some(reader) => match reader.read(&orders).await {
                 Ok(lag) => Some(lag.total()),
@@ -129,8 +149,6 @@ pub async fn observe(ctx: &Context, fs: &FlashSale) -> Result<Observation, Obser
             },
             None => None,
         }
-    } else {
-        None
     };
     // The instant of the lag reading: scaling windows are measured from it.
     let now = Utc::now();
@@ -165,14 +183,17 @@ pub async fn observe(ctx: &Context, fs: &FlashSale) -> Result<Observation, Obser
     let deployment = deployments
         .get_opt(&consumers_name(&sale.name))
         .await?
-        .map(|d| {
-            let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-            let ready = d
+        .map(|d| DeploymentFacts {
+            replicas: d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+            ready: d
                 .status
                 .as_ref()
                 .and_then(|s| s.ready_replicas)
-                .unwrap_or(0);
-            (replicas, ready)
+                .unwrap_or(0),
+            applied_hash: d
+                .metadata
+                .annotations
+                .and_then(|mut a| a.remove(APPLIED_HASH)),
         });
     let last_run = latest_run(&ctx.db, config.id).await?;
     Ok(Observation {

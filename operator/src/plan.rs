@@ -147,6 +147,9 @@ pub struct Plan {
     pub wake_in: Duration,
     /// A refused change, surfaced as a condition.
     pub refused: Option<Refused>,
+    /// Consumer replicas wanted now: none before the warm-up or once the
+    /// sale is completed, else what the lag asks for.
+    pub replicas: i32,
 }
 
 /// Units accepted so far: what Redis handed out (once warmed), else what the
@@ -281,16 +284,26 @@ pub fn plan(timeline: &Timeline, wanted: &Wanted, observed: &Observed) -> Plan {
         }
     };
 
-    if state == SaleState::Completed {
-        actions.push(Action::DeleteConsumers);
-    } else {
-        actions.push(Action::ApplyConsumers {
-            replicas: wanted.replicas,
-        });
-        if let Some(check) = wanted.scaling_check {
-            wakes.push(check);
+    let replicas = match state {
+        SaleState::Completed => {
+            actions.push(Action::DeleteConsumers);
+            0
         }
-    }
+        // Weeks ahead of a sale, nothing can be in its topic yet.
+        SaleState::Scheduled => {
+            actions.push(Action::ApplyConsumers { replicas: 0 });
+            0
+        }
+        _ => {
+            actions.push(Action::ApplyConsumers {
+                replicas: wanted.replicas,
+            });
+            if let Some(check) = wanted.scaling_check {
+                wakes.push(check);
+            }
+            wanted.replicas
+        }
+    };
     let next = wakes.into_iter().filter(|w| *w > now).min();
     let wake_in = next
         .and_then(|w| (w - now).to_std().ok())
@@ -301,6 +314,7 @@ pub fn plan(timeline: &Timeline, wanted: &Wanted, observed: &Observed) -> Plan {
         actions,
         wake_in,
         refused,
+        replicas,
     }
 }
 
@@ -442,7 +456,11 @@ mod tests {
             steps(&p),
             vec![Action::SyncSaleRow { stock: 100 }, Action::EnsureTopics]
         );
-        assert!(p.actions.contains(&Action::ApplyConsumers { replicas: 1 }));
+        assert!(
+            p.actions.contains(&Action::ApplyConsumers { replicas: 0 }),
+            "no consumers weeks ahead"
+        );
+        assert_eq!(p.replicas, 0);
         assert_eq!(
             p.wake_in, HEARTBEAT,
             "warm-up is far: the heartbeat comes first"

@@ -24,6 +24,19 @@ pub const SALE_LABEL: &str = "flashsale.dev/sale";
 pub const JOB_KIND_LABEL: &str = "flashsale.dev/job";
 /// Label holding a periodic Job's index.
 pub const JOB_INDEX_LABEL: &str = "flashsale.dev/index";
+/// Annotation holding a hash of what the operator last applied, so an
+/// unchanged object is not applied again on every reconcile.
+pub const APPLIED_HASH: &str = "flashsale.dev/applied-hash";
+
+/// A stable hash of an object's JSON.
+fn hash_of(value: &impl serde::Serialize) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    serde_json::to_string(value)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
+}
 
 /// How the operator runs the workload image, from its own configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -203,7 +216,7 @@ pub fn consumer_deployment(fs: &FlashSale, settings: &WorkloadSettings) -> Deplo
         period_seconds: Some(2),
         ..health
     });
-    Deployment {
+    let mut deployment = Deployment {
         metadata: metadata(fs, consumers_name(&name), labels.clone()),
         spec: Some(DeploymentSpec {
             selector: LabelSelector {
@@ -230,7 +243,14 @@ pub fn consumer_deployment(fs: &FlashSale, settings: &WorkloadSettings) -> Deplo
             ..DeploymentSpec::default()
         }),
         ..Deployment::default()
-    }
+    };
+    let hash = hash_of(&deployment);
+    deployment
+        .metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(APPLIED_HASH.into(), hash);
+    deployment
 }
 
 /// A reconciliation or cleanup Job.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use flashsale_workload::api::server::{ApiConfig, serve, shutdown_signal};
 use flashsale_workload::bus::producer::ProducerSettings;
-use flashsale_workload::consumer::{ConsumerSettings, Supervisor, run_all_sales, sweep_forever};
+use flashsale_workload::consumer::{ConsumerSettings, Supervisor, run_all_sales};
 use flashsale_workload::domain::invariants;
 use flashsale_workload::domain::reconcile::Policy;
 use flashsale_workload::domain::sale::{SaleConfig, SaleRef};
@@ -342,6 +342,7 @@ async fn run_consumer(args: ConsumerArgs) -> anyhow::Result<()> {
         settings: ConsumerSettings {
             batch_size: args.batch_size,
             batch_linger: args.batch_linger,
+            sweep_every: args.sweep_every,
             ..ConsumerSettings::default()
         },
         metrics: metrics.clone(),
@@ -353,12 +354,7 @@ async fn run_consumer(args: ConsumerArgs) -> anyhow::Result<()> {
         metrics,
         stop.clone(),
     ));
-    let sweeper = tokio::spawn(sweep_forever(
-        db.clone(),
-        store,
-        args.sweep_every,
-        stop.clone(),
-    ));
+
     let stopper = {
         let stop = stop.clone();
         tokio::spawn(async move {
@@ -376,7 +372,7 @@ async fn run_consumer(args: ConsumerArgs) -> anyhow::Result<()> {
     }
     stop.cancel();
     stopper.abort();
-    let _ = tokio::join!(server, sweeper);
+    let _ = server.await;
     Ok(())
 }
 

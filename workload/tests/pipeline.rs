@@ -442,6 +442,7 @@ async fn order_lifecycle_pay_cancel_and_payment_timeout() {
     let sweeper = tokio::spawn(flashsale_workload::consumer::sweep_forever(
         live.db.clone(),
         live.store.clone(),
+        live.config.id,
         Duration::from_millis(200),
         stop.clone(),
     ));

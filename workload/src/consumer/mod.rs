@@ -44,6 +44,8 @@ pub struct ConsumerSettings {
     pub batch_linger: Duration,
     /// Tries before a message whose data the database rejects is dead-lettered.
     pub max_attempts: u32,
+    /// How often unpaid orders past the payment timeout are cancelled.
+    pub sweep_every: Duration,
 }
 
 impl Default for ConsumerSettings {
@@ -52,6 +54,7 @@ impl Default for ConsumerSettings {
             batch_size: 500,
             batch_linger: Duration::from_millis(20),
             max_attempts: 5,
+            sweep_every: Duration::from_secs(1),
         }
     }
 }
@@ -59,6 +62,7 @@ impl Default for ConsumerSettings {
 /// One sale's consumer: a member of the sale's consumer group.
 pub struct SaleConsumer {
     config: SaleConfig,
+    bootstrap: String,
     consumer: StreamConsumer,
     dead_letters: FutureProducer,
     db: PgPool,
@@ -140,6 +144,7 @@ impl SaleConsumer {
         };
         Ok(Self {
             config,
+            bootstrap: bootstrap.to_string(),
             consumer,
             dead_letters,
             db,
@@ -153,12 +158,46 @@ impl SaleConsumer {
     /// Consumes until `stop` is cancelled; the batch in hand is finished first.
     pub async fn run(&self, stop: CancellationToken) {
         tracing::info!(sale = %self.config.sale, "consumer started");
+        let lag_gauge = self.report_lag(stop.clone());
+        let sweeper = tokio::spawn(sweep_forever(
+            self.db.clone(),
+            self.store.clone(),
+            self.config.id,
+            self.settings.sweep_every,
+            stop.clone(),
+        ));
         while let Some(batch) = self.next_batch(&stop).await {
             if !self.process(batch, &stop).await {
                 break;
             }
         }
+        lag_gauge.abort();
+        sweeper.abort();
         tracing::info!(sale = %self.config.sale, "consumer stopped");
+    }
+
+    /// Publishes the group's lag as a gauge every 5 s (the operator reads it
+    /// itself for scaling; this is for dashboards).
+    fn report_lag(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let gauge = self.metrics.lag.get_or_create(&self.labels).clone();
+        let topic = topics::orders_topic(&self.config.sale);
+        let reader = crate::bus::lag::LagReader::new(
+            &self.bootstrap,
+            &topics::consumer_group(&self.config.sale),
+        );
+        tokio::spawn(async move {
+            let Ok(reader) = reader else { return };
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                if let Ok(lag) = reader.read(&topic).await {
+                    gauge.set(lag.total());
+                }
+            }
+        })
     }
 
     /// Waits for a first message, then gathers up to `batch_size` for at most

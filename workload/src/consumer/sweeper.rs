@@ -1,11 +1,12 @@
-//! The payment-timeout sweeper: cancels orders left unpaid past their sale's
-//! timeout and gives their units back to Redis. Safe with many replicas (the
-//! database skips rows another sweeper holds).
+//! The payment-timeout sweeper: each sale's consumers cancel its orders left
+//! unpaid past the timeout and give their units back to Redis. Safe with many
+//! replicas (the database skips rows another sweeper holds).
 
 use std::time::Duration;
 
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 use crate::domain::purchase::ReservationState;
 use crate::domain::sale::SaleRef;
@@ -39,10 +40,16 @@ pub async fn return_to_redis(store: &SaleStore, returns: &[StockReturn]) {
     }
 }
 
-/// Sweeps every `every` until `stop` is cancelled.
-pub async fn sweep_forever(db: PgPool, store: SaleStore, every: Duration, stop: CancellationToken) {
+/// Sweeps the sale every `every` until `stop` is cancelled.
+pub async fn sweep_forever(
+    db: PgPool,
+    store: SaleStore,
+    sale_id: Uuid,
+    every: Duration,
+    stop: CancellationToken,
+) {
     loop {
-        match sweep_unpaid(&db, SWEEP_BATCH).await {
+        match sweep_unpaid(&db, sale_id, SWEEP_BATCH).await {
             Ok(returns) => {
                 if !returns.is_empty() {
                     tracing::info!(

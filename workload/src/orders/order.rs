@@ -339,11 +339,16 @@ async fn give_back(
     Ok(())
 }
 
-/// Cancels up to `limit` orders left UNPAID past their sale's payment timeout
-/// (counted from when they were persisted, so a shopper always has the whole
-/// timeout to pay). Rows locked by another sweeper are skipped, so many
-/// replicas can sweep at once. Returns the units to give back to Redis.
-pub async fn sweep_unpaid(db: &sqlx::PgPool, limit: i64) -> sqlx::Result<Vec<StockReturn>> {
+/// Cancels up to `limit` orders of the sale left UNPAID past its payment
+/// timeout (counted from when they were persisted, so a shopper always has
+/// the whole timeout to pay). Rows locked by another sweeper are skipped, so
+/// many replicas can sweep at once; the partial index on unpaid orders keeps
+/// it cheap. Returns the units to give back to Redis.
+pub async fn sweep_unpaid(
+    db: &sqlx::PgPool,
+    sale_id: Uuid,
+    limit: i64,
+) -> sqlx::Result<Vec<StockReturn>> {
     use crate::domain::order::{OrderEvent, Transition};
     let Transition::To(cancelled) = OrderStatus::Unpaid.on(OrderEvent::PaymentTimeout) else {
         unreachable!("an unpaid order can always time out");
@@ -351,16 +356,17 @@ pub async fn sweep_unpaid(db: &sqlx::PgPool, limit: i64) -> sqlx::Result<Vec<Sto
     let mut tx = db.begin().await?;
     let due: Vec<(Uuid, Uuid, String, i32, i32, String, String)> = sqlx::query_as(
         "WITH due AS (
-           SELECT o.id FROM orders o JOIN sales s ON s.id = o.sale_id
-           WHERE o.status = 'UNPAID'
-             AND o.created_at + s.payment_timeout_ms * interval '1 millisecond' < now()
-           ORDER BY o.created_at LIMIT $1
+           SELECT o.id FROM orders o
+           WHERE o.sale_id = $1 AND o.status = 'UNPAID'
+             AND o.created_at < now() - (SELECT payment_timeout_ms FROM sales WHERE id = $1) * interval '1 millisecond'
+           ORDER BY o.created_at LIMIT $2
            FOR UPDATE OF o SKIP LOCKED)
-         UPDATE orders o SET status = $2, version = o.version + 1, updated_at = now(),
+         UPDATE orders o SET status = $3, version = o.version + 1, updated_at = now(),
                 failure_reason = 'payment timeout'
          FROM due, sales s WHERE o.id = due.id AND s.id = o.sale_id
          RETURNING o.id, o.sale_id, o.shopper, o.quantity, o.shard, s.namespace, s.name",
     )
+    .bind(sale_id)
     .bind(limit)
     .bind(cancelled.as_str())
     .fetch_all(&mut *tx)

@@ -1,0 +1,221 @@
+//! Accepted purchases per second through the API (HTTP, JWT, Kafka ack)
+//! against `redis-benchmark` EVALSHA of the same script, and latency at half
+//! the maximum rate against the Redis round trip alone.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use flashsale_testkit as stack;
+use flashsale_workload::domain::sale::SaleConfig;
+use flashsale_workload::load::{self, Identity, StormConfig, StormReport, Told};
+use flashsale_workload::redis::keys::ShardKeys;
+use flashsale_workload::redis::scripts::SCRIPTS;
+use flashsale_workload::redis::store::SaleStore;
+use sqlx::PgPool;
+
+use crate::procs::{self, Proc};
+use crate::sale;
+
+/// What redis-benchmark measured.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RedisBaseline {
+    /// EVALSHA per second.
+    pub rps: f64,
+    /// Median latency, ms.
+    pub p50_ms: f64,
+    /// 99th percentile, ms.
+    pub p99_ms: f64,
+}
+
+/// The intake measurements.
+pub struct Intake {
+    /// The sale the storms bought from.
+    pub config: SaleConfig,
+    /// The sale redis-benchmark bought from.
+    pub baseline_sale: SaleConfig,
+    /// redis-benchmark's figures.
+    pub baseline: RedisBaseline,
+    /// The closed-loop storm at the maximum rate.
+    pub max_rate: StormReport,
+    /// The open-loop storm at half that rate.
+    pub half_rate: StormReport,
+    /// The API's peak resident memory, MiB.
+    pub api_rss_peak_mib: f64,
+    /// What the shoppers were told in both storms.
+    pub told: Told,
+}
+
+/// Clients, as in the redis-benchmark baseline.
+pub const CLIENTS: usize = 50;
+const API_PORT: u16 = 18180;
+
+fn redis_benchmark(keys: &ShardKeys, requests: u64) -> anyhow::Result<RedisBaseline> {
+    let url: url_parts::Parts = url_parts::parse(&stack::redis_url());
+    let out = Command::new("redis-benchmark")
+        .args([
+            "-h",
+            &url.host,
+            "-p",
+            &url.port,
+            "-c",
+            &CLIENTS.to_string(),
+            "-n",
+            &requests.to_string(),
+        ])
+        .args([
+            "-r",
+            "100000000",
+            "--csv",
+            "EVALSHA",
+            SCRIPTS.purchase.get_hash(),
+            "5",
+        ])
+        .args([
+            &keys.meta,
+            &keys.stock,
+            &keys.units,
+            &keys.reservations,
+            &keys.idempotency,
+        ])
+        .args(["shopper:__rand_int__", "1", "order:__rand_int__", ""])
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("\"EVALSHA"))
+        .ok_or_else(|| anyhow::anyhow!("redis-benchmark printed no EVALSHA row: {text}"))?;
+    let cols: Vec<f64> = row
+        .split(',')
+        .skip(1)
+        .map(|c| c.trim_matches('"').parse().unwrap_or(0.0))
+        .collect();
+    Ok(RedisBaseline {
+        rps: cols[0],
+        p50_ms: cols[3],
+        p99_ms: cols[5],
+    })
+}
+
+/// Host and port of a redis:// URL.
+mod url_parts {
+    pub struct Parts {
+        pub host: String,
+        pub port: String,
+    }
+    pub fn parse(url: &str) -> Parts {
+        let rest = url.trim_start_matches("redis://");
+        let (host, port) = rest.split_once(':').unwrap_or((rest, "6379"));
+        Parts {
+            host: host.to_string(),
+            port: port.trim_end_matches('/').to_string(),
+        }
+    }
+}
+
+fn storm(
+    url: &str,
+    sale: &str,
+    secret: &[u8],
+    rate: Option<u64>,
+    duration: Duration,
+) -> StormConfig {
+    StormConfig {
+        url: url.to_string(),
+        sale: sale.to_string(),
+        shoppers: 200_000,
+        requests: u64::MAX,
+        duration,
+        concurrency: CLIENTS,
+        rate,
+        think: Duration::ZERO,
+        max_quantity: 1,
+        pay: 0.0,
+        cancel: 0.0,
+        identity: Identity::Jwt(secret.to_vec()),
+        progress: true,
+    }
+}
+
+/// Runs the intake measurements; the API process serves the `bench` namespace.
+pub async fn run(
+    db: &PgPool,
+    store: &SaleStore,
+    results: &Path,
+    seconds: u64,
+) -> anyhow::Result<Intake> {
+    let suffix = chrono::Utc::now().format("%H%M%S");
+    let baseline_sale = sale::live(
+        db,
+        store,
+        &format!("baseline-{suffix}"),
+        10_000_000,
+        8,
+        1_000_000,
+    )
+    .await?;
+    let config = sale::live(db, store, &format!("intake-{suffix}"), 10_000_000, 8, 1_000).await?;
+    SCRIPTS
+        .purchase
+        .prepare_invoke()
+        .load_async(&mut store.conn())
+        .await?;
+    eprintln!("intake: redis-benchmark EVALSHA of purchase.lua, {CLIENTS} clients");
+    let baseline = redis_benchmark(&ShardKeys::new(&baseline_sale.sale, 0), 300_000)?;
+
+    let secret_file = results.join("jwt-secret");
+    let secret: Vec<u8> = format!("bench-{}", uuid::Uuid::now_v7()).into_bytes();
+    std::fs::write(&secret_file, &secret)?;
+    let mut api = procs::pinned("1", procs::release_bin("flashsale"));
+    api.args([
+        "api",
+        "--namespace",
+        sale::NAMESPACE,
+        "--listen",
+        &format!("127.0.0.1:{API_PORT}"),
+    ])
+    .args(["--rate-limit-global", "0", "--rate-limit-shopper", "0"])
+    .arg("--jwt-hs256-secret-file")
+    .arg(&secret_file)
+    .env("DATABASE_URL", stack::database_url());
+    let api = Proc::start("api", api)?;
+    let url = format!("http://127.0.0.1:{API_PORT}");
+    procs::wait_http(&format!("{url}/readyz"), Duration::from_secs(30)).await?;
+    tokio::time::sleep(Duration::from_millis(1200)).await; // the catalog's first refresh
+
+    eprintln!("intake: closed loop, {CLIENTS} shoppers at a time, {seconds} s");
+    let (max_rate, mut told) = load::storm(storm(
+        &url,
+        &config.sale.name,
+        &secret,
+        None,
+        Duration::from_secs(seconds),
+    ))
+    .await;
+    let half = (max_rate.accepted_per_sec / 2.0).max(1.0) as u64;
+    eprintln!("intake: open loop at {half}/s (half the maximum), {seconds} s");
+    let (half_rate, half_told) = load::storm(storm(
+        &url,
+        &config.sale.name,
+        &secret,
+        Some(half),
+        Duration::from_secs(seconds),
+    ))
+    .await;
+    told.accepted.extend(half_told.accepted);
+    told.unanswered += half_told.unanswered;
+    told.sold_out_seen |= half_told.sold_out_seen;
+    let api_rss_peak_mib = api.rss_mib().1;
+    api.stop();
+    Ok(Intake {
+        config,
+        baseline_sale,
+        baseline,
+        max_rate,
+        half_rate,
+        api_rss_peak_mib,
+        told,
+    })
+}

@@ -1,0 +1,359 @@
+//! `make bench`: every performance figure of FlashSale next to the limit it is
+//! measured against, in one run, on the local stack — and the invariants
+//! I1–I6 of that same run. A run whose invariants fail prints FAIL and exits
+//! non-zero. Results: a table on stdout; JSON and SVG plots in the results
+//! directory.
+
+mod intake;
+mod machine;
+mod operator;
+mod persist;
+mod procs;
+mod sale;
+mod svg;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use flashsale_testkit as stack;
+use flashsale_workload::domain::invariants;
+use flashsale_workload::load::{self, StormReport};
+use flashsale_workload::redis::RedisConn;
+use flashsale_workload::redis::store::SaleStore;
+use serde::Serialize;
+
+/// Measure FlashSale against its limits, in one run.
+#[derive(Parser)]
+struct Args {
+    /// Where the JSON report and the plots go (default results/bench-<time>).
+    #[arg(long)]
+    results: Option<PathBuf>,
+    /// Seconds of each storm.
+    #[arg(long, default_value_t = 15)]
+    seconds: u64,
+    /// Kill-switch and scaling trials.
+    #[arg(long, default_value_t = 20)]
+    trials: usize,
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Figure {
+    figure: String,
+    measured: String,
+    baseline: String,
+    result: String,
+    goal: String,
+    met: bool,
+}
+
+fn figure(
+    figure: &str,
+    measured: String,
+    baseline: &str,
+    result: String,
+    goal: &str,
+    met: bool,
+) -> Figure {
+    Figure {
+        figure: figure.into(),
+        measured,
+        baseline: baseline.into(),
+        result,
+        goal: goal.into(),
+        met,
+    }
+}
+
+fn throughput_series(report: &StormReport) -> Vec<(f64, f64)> {
+    let bucket_ms = 250.0;
+    let mut buckets: std::collections::BTreeMap<u64, f64> = std::collections::BTreeMap::new();
+    for &(offset, _) in &report.timeline {
+        *buckets.entry((offset / bucket_ms) as u64).or_default() += 1000.0 / bucket_ms;
+    }
+    buckets
+        .into_iter()
+        .map(|(b, per_sec)| (b as f64 * bucket_ms / 1000.0, per_sec))
+        .collect()
+}
+
+fn latency_cdf(report: &StormReport) -> Vec<(f64, f64)> {
+    let mut latencies: Vec<f64> = report.timeline.iter().map(|&(_, l)| l).collect();
+    latencies.sort_by(f64::total_cmp);
+    let n = latencies.len().max(1) as f64;
+    let step = (latencies.len() / 400).max(1);
+    latencies
+        .iter()
+        .enumerate()
+        .step_by(step)
+        .map(|(i, &l)| (l, 100.0 * (i + 1) as f64 / n))
+        .collect()
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let results = args.results.unwrap_or_else(|| {
+        stack::repo_dir().join(format!(
+            "results/bench-{}",
+            chrono::Utc::now().format("%Y%m%d-%H%M%S")
+        ))
+    });
+    std::fs::create_dir_all(&results)?;
+    let pinning = if procs::cores() > 1 {
+        "load generator on core 0 (make bench runs it under taskset -c 0); API, consumer and operator on core 1; Redis, Kafka, PostgreSQL, the apiserver and the node share both"
+    } else {
+        "one core: everything shares it"
+    };
+    let machine = machine::describe(pinning);
+    eprintln!(
+        "FlashSale bench on {} ({} cores, {:.0} GiB); results in {}",
+        machine.cpu,
+        machine.cores,
+        machine.memory_gib,
+        results.display()
+    );
+    for bin in ["flashsale", "flashsale-operator"] {
+        anyhow::ensure!(
+            procs::release_bin(bin).exists(),
+            "target/release/{bin} is missing: make release"
+        );
+    }
+    let db = flashsale_workload::orders::connect(&stack::database_url(), 4)
+        .await
+        .context("PostgreSQL")?;
+    flashsale_workload::orders::migrate(&db).await?;
+    let store = SaleStore::new(
+        RedisConn::connect(&stack::redis_url().parse().map_err(anyhow::Error::msg)?)
+            .await
+            .context("Redis")?,
+    );
+
+    let intake = intake::run(&db, &store, &results, args.seconds).await?;
+    eprintln!("{}", load::render(&intake.max_rate));
+    eprintln!("{}", load::render(&intake.half_rate));
+    eprintln!(
+        "persist: a consumer drains the {} accepted orders",
+        intake.told.accepted.len()
+    );
+    let persist = persist::run(&db, &intake.config, intake.told.accepted.len() as i64).await?;
+    eprintln!("invariants: gathering the evidence of this run");
+    let evidence = load::gather(
+        &db,
+        &store,
+        &stack::kafka_bootstrap(),
+        &intake.config,
+        &intake.told,
+        Duration::from_secs(300),
+    )
+    .await?;
+    let verdicts = invariants::evaluate(&evidence);
+    for config in [&intake.config, &intake.baseline_sale] {
+        sale::remove(&db, &store, config).await?;
+    }
+
+    let image = "docker.io/flashsale/flashsale:bench";
+    let imported = std::process::Command::new(stack::repo_dir().join("e2e/stack/image.sh"))
+        .args(["flashsale", "bench"])
+        .arg(procs::release_bin("flashsale"))
+        .env("FLASHSALE_RUN", stack::run_dir())
+        .output()?;
+    anyhow::ensure!(
+        imported.status.success(),
+        "image import failed: {}",
+        String::from_utf8_lossy(&imported.stderr)
+    );
+    let ops = operator::run(image, args.trials).await?;
+
+    let accepted = intake.max_rate.accepted_per_sec;
+    let half = intake.half_rate.outcomes.get("202").cloned();
+    let (p50, p99, p999) = half
+        .as_ref()
+        .map_or((0.0, 0.0, 0.0), |l| (l.p50_ms, l.p99_ms, l.p999_ms));
+    let api_rss = intake.api_rss_peak_mib;
+    let figures = vec![
+        figure(
+            "accepted purchases/s through the API (HTTP, JWT, Kafka ack)",
+            format!("{accepted:.0}/s"),
+            &format!(
+                "redis-benchmark EVALSHA purchase.lua, {} clients: {:.0}/s",
+                intake::CLIENTS,
+                intake.baseline.rps
+            ),
+            format!("ratio {:.2}", accepted / intake.baseline.rps.max(1.0)),
+            "ratio >= 0.5",
+            accepted / intake.baseline.rps.max(1.0) >= 0.5,
+        ),
+        figure(
+            "accepted purchase latency at 50% of the max rate",
+            format!("p50 {p50:.2} ms, p99 {p99:.2} ms, p99.9 {p999:.2} ms"),
+            &format!(
+                "Redis round trip: p50 {:.2} ms, p99 {:.2} ms",
+                intake.baseline.p50_ms, intake.baseline.p99_ms
+            ),
+            format!("p99 {p99:.2} ms"),
+            "p99 <= 10 ms",
+            p99 <= 10.0,
+        ),
+        figure(
+            "persisted orders/s by a consumer",
+            format!(
+                "{:.0}/s ({} orders)",
+                persist.consumer_per_sec, persist.orders
+            ),
+            &format!("COPY of the same rows: {:.0}/s", persist.copy_per_sec),
+            format!(
+                "ratio {:.2}",
+                persist.consumer_per_sec / persist.copy_per_sec.max(1.0)
+            ),
+            "ratio >= 0.5",
+            persist.consumer_per_sec / persist.copy_per_sec.max(1.0) >= 0.5,
+        ),
+        figure(
+            &format!(
+                "kill switch: patch -> first PAUSED, {} trials",
+                ops.kill_switch.samples_ms.len()
+            ),
+            format!(
+                "p50 {:.0} ms, p99 {:.0} ms",
+                ops.kill_switch.p50_ms, ops.kill_switch.p99_ms
+            ),
+            "-",
+            format!("p99 {:.0} ms", ops.kill_switch.p99_ms),
+            "p99 <= 1 s",
+            ops.kill_switch.p99_ms <= 1000.0,
+        ),
+        figure(
+            "warm-up / live vs their due instants, 5 sales",
+            format!(
+                "warm max {:.0} ms, live max {:.0} ms off",
+                ops.warm_error.max_ms, ops.live_error.max_ms
+            ),
+            "-",
+            format!(
+                "max {:.0} ms",
+                ops.warm_error.max_ms.max(ops.live_error.max_ms)
+            ),
+            "within 1 s",
+            ops.warm_error.max_ms.max(ops.live_error.max_ms) <= 1000.0,
+        ),
+        figure(
+            &format!(
+                "lag crossing -> replicas updated, {} trials",
+                ops.scaling_reaction.samples_ms.len()
+            ),
+            format!(
+                "median {:.0} ms, max {:.0} ms",
+                ops.scaling_reaction.p50_ms, ops.scaling_reaction.max_ms
+            ),
+            "KEDA's default poll: 30 s",
+            format!(
+                "max {:.1} s ({:.0}x faster than 30 s)",
+                ops.scaling_reaction.max_ms / 1000.0,
+                30_000.0 / ops.scaling_reaction.max_ms.max(1.0)
+            ),
+            "<= 5 s",
+            ops.scaling_reaction.max_ms <= 5000.0,
+        ),
+        figure(
+            "API RSS under the storm (peak)",
+            format!("{api_rss:.1} MiB"),
+            "-",
+            format!("{api_rss:.1} MiB"),
+            "<= 64 MiB",
+            api_rss <= 64.0,
+        ),
+        figure(
+            &format!("operator RSS with {} sales", ops.sales),
+            format!("{:.1} MiB", ops.operator_rss_mib),
+            "-",
+            format!("{:.1} MiB", ops.operator_rss_mib),
+            "<= 32 MiB",
+            ops.operator_rss_mib <= 32.0,
+        ),
+    ];
+
+    println!(
+        "\nFlashSale bench — {} — {} cores, {:.0} GiB — {}",
+        machine.cpu, machine.cores, machine.memory_gib, machine.pinning
+    );
+    println!(
+        "{:<62} {:<44} {:<52} {:<26} {:<14}",
+        "figure", "measured", "baseline (same run)", "result", "goal"
+    );
+    for f in &figures {
+        println!(
+            "{:<62} {:<44} {:<52} {:<26} {:<14} {}",
+            f.figure,
+            f.measured,
+            f.baseline,
+            f.result,
+            f.goal,
+            if f.met { "met" } else { "MISSED" }
+        );
+    }
+    println!("\ninvariants of this run:");
+    for v in &verdicts {
+        let mark = match v.holds {
+            Some(true) => "ok  ",
+            Some(false) => "FAIL",
+            None => "n/a ",
+        };
+        println!("  {mark} {} {:<17} {}", v.id, v.name, v.detail);
+    }
+
+    std::fs::write(
+        results.join("throughput.svg"),
+        svg::line_chart(
+            "Accepted purchases per second (closed loop, max rate)",
+            "seconds",
+            "accepted/s",
+            &[svg::Series {
+                name: "accepted/s",
+                points: &throughput_series(&intake.max_rate),
+                color: "#1f77b4",
+            }],
+            false,
+        ),
+    )?;
+    std::fs::write(
+        results.join("latency.svg"),
+        svg::line_chart(
+            "Accepted purchase latency, cumulative (open loop, half the max rate)",
+            "latency ms (log)",
+            "% of purchases",
+            &[svg::Series {
+                name: "accepted at 50% rate",
+                points: &latency_cdf(&intake.half_rate),
+                color: "#d62728",
+            }],
+            true,
+        ),
+    )?;
+    let report = serde_json::json!({
+        "machine": machine,
+        "figures": figures,
+        "redisBaseline": intake.baseline,
+        "maxRate": intake.max_rate,
+        "halfRate": intake.half_rate,
+        "persist": persist,
+        "operator": ops,
+        "invariants": verdicts,
+    });
+    std::fs::write(
+        results.join("bench.json"),
+        serde_json::to_vec_pretty(&report)?,
+    )?;
+    println!(
+        "\nreport: {}/bench.json, plots: throughput.svg, latency.svg",
+        results.display()
+    );
+    if !invariants::all_hold(&verdicts) {
+        println!("FAIL: an invariant did not hold in this run");
+        std::process::exit(1);
+    }
+    Ok(())
+}
