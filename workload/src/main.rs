@@ -173,7 +173,7 @@ struct ConsumerArgs {
     #[command(flatten)]
     services: Services,
     /// Most orders per database transaction.
-    #[arg(long, env = "FLASHSALE_BATCH_SIZE", default_value_t = 500)]
+    #[arg(long, env = "FLASHSALE_BATCH_SIZE", default_value_t = ConsumerSettings::default().batch_size)]
     batch_size: usize,
     /// How long a batch waits to fill once its first order arrived.
     #[arg(long, env = "FLASHSALE_BATCH_LINGER", default_value = "20ms", value_parser = humantime::parse_duration)]

@@ -20,6 +20,9 @@ pub struct Machine {
     pub pinning: String,
     /// Versions of the parts.
     pub versions: Vec<(String, String)>,
+    /// Pods already running on the cluster outside kube-system when the run
+    /// started (a demo left up, say): they compete for the same two cores.
+    pub other_pods: Vec<String>,
 }
 
 fn first_line(program: &str, args: &[&str]) -> String {
@@ -68,5 +71,23 @@ pub fn describe(pinning: &str) -> Machine {
             ("kafka".into(), "4.1.1 (KRaft, one node)".into()),
             ("kubernetes".into(), "v1.34.4 (one node)".into()),
         ],
+        other_pods: Vec::new(),
     }
+}
+
+/// Pods running outside kube-system, as `namespace/name`.
+pub async fn other_pods() -> anyhow::Result<Vec<String>> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(flashsale_testkit::kubeconfig())?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::all(kube::Client::try_from(config)?);
+    Ok(pods
+        .list(&Default::default())
+        .await?
+        .into_iter()
+        .filter_map(|pod| {
+            let ns = pod.metadata.namespace?;
+            (ns != "kube-system").then(|| format!("{ns}/{}", pod.metadata.name.unwrap_or_default()))
+        })
+        .collect())
 }

@@ -108,7 +108,16 @@ async fn main() -> anyhow::Result<()> {
     } else {
         "one core: everything shares it"
     };
-    let machine = machine::describe(pinning);
+    let mut machine = machine::describe(pinning);
+    machine.other_pods = machine::other_pods().await.context("Kubernetes")?;
+    if !machine.other_pods.is_empty() {
+        eprintln!(
+            "WARNING: {} pods already run on the cluster and share its two cores ({}); \
+             for figures worth comparing, stop them first (helm uninstall the demo)",
+            machine.other_pods.len(),
+            machine.other_pods.join(", ")
+        );
+    }
     eprintln!(
         "FlashSale bench on {} ({} cores, {:.0} GiB); results in {}",
         machine.cpu,
@@ -139,7 +148,12 @@ async fn main() -> anyhow::Result<()> {
         "persist: a consumer drains the {} accepted orders",
         intake.told.accepted.len()
     );
-    let persist = persist::run(&db, &intake.config, intake.told.accepted.len() as i64).await?;
+    let units: i64 = intake.told.accepted.values().map(|(_, units)| units).sum();
+    let persist = persist::run(&db, &intake.config, units).await?;
+    eprintln!(
+        "persist: {:.0} orders/s by the consumer, {:.0}/s by COPY",
+        persist.consumer_per_sec, persist.copy_per_sec
+    );
     eprintln!("invariants: gathering the evidence of this run");
     let evidence = load::gather(
         &db,
@@ -280,6 +294,12 @@ async fn main() -> anyhow::Result<()> {
         "\nFlashSale bench — {} — {} cores, {:.0} GiB — {}",
         machine.cpu, machine.cores, machine.memory_gib, machine.pinning
     );
+    if !machine.other_pods.is_empty() {
+        println!(
+            "NOT QUIET: {} other pods ran on the cluster during this run",
+            machine.other_pods.len()
+        );
+    }
     println!(
         "{:<62} {:<44} {:<52} {:<26} {:<14}",
         "figure", "measured", "baseline (same run)", "result", "goal"

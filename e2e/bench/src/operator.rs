@@ -10,7 +10,7 @@ use flashsale_testkit as stack;
 use flashsale_workload::bus::{client_config, topics};
 use flashsale_workload::domain::sale::SaleRef;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -146,8 +146,22 @@ impl Cluster {
 
     /// Deletes the namespace and its sales (whose finalizers no operator
     /// runs any more: their Redis state and topics go with the namespace's
-    /// cleanup by hand below).
+    /// cleanup by hand below). The consumer pods go first, so their Kafka
+    /// groups are empty when deleted.
     async fn remove(&self) -> anyhow::Result<()> {
+        Api::<Deployment>::namespaced(self.client.clone(), &self.ns)
+            .delete_collection(&Default::default(), &Default::default())
+            .await?;
+        let pods = Api::<Pod>::namespaced(self.client.clone(), &self.ns);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !pods.list(&Default::default()).await?.items.is_empty() {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "consumer pods of {} still running after 2 min",
+                self.ns
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
         let db = flashsale_workload::orders::connect(&stack::database_url(), 1).await?;
         let store = flashsale_workload::redis::store::SaleStore::new(
             flashsale_workload::redis::RedisConn::connect(

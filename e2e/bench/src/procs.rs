@@ -82,8 +82,19 @@ impl Proc {
         (field("VmRSS:"), field("VmHWM:"))
     }
 
-    /// Stops it (SIGKILL) and waits.
+    /// Stops it as Kubernetes would: SIGTERM, then SIGKILL if it is still
+    /// running after 10 s. A consumer stopped this way leaves its Kafka
+    /// group, so the group can be deleted right after.
     pub fn stop(mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status();
+        for _ in 0..100 {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

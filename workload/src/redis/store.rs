@@ -88,6 +88,20 @@ fn reply_fields(value: Value) -> Result<Vec<ReplyField>, UnexpectedReply> {
         .collect()
 }
 
+/// What one order's reply from `lua/claim.lua` means.
+fn read_claim_reply(fields: Vec<ReplyField>) -> Result<ClaimOutcome, UnexpectedReply> {
+    use ReplyField::{Int, Text};
+    Ok(match fields.as_slice() {
+        [Int(0 | 1), Int(quantity), Text(shopper)] => ClaimOutcome::Claimed {
+            quantity: *quantity,
+            shopper: shopper.clone(),
+        },
+        [Int(2)] => ClaimOutcome::Released,
+        [Int(4)] => ClaimOutcome::Missing,
+        _ => return Err(UnexpectedReply(fields)),
+    })
+}
+
 impl SaleStore {
     /// A store over `conn`.
     pub fn new(conn: RedisConn) -> Self {
@@ -155,31 +169,31 @@ impl SaleStore {
         Ok(read_release_reply(&reply)?)
     }
 
-    /// Runs `lua/claim.lua`: a consumer takes the reservation before persisting.
+    /// Runs `lua/claim.lua`: a consumer takes the reservations of a batch's
+    /// orders in `shard` before persisting them, in one call. The outcomes
+    /// come in the order of `order_ids`.
     pub async fn claim(
         &self,
         sale: &SaleRef,
         shard: u32,
-        order_id: &str,
-    ) -> Result<ClaimOutcome, StoreError> {
+        order_ids: &[String],
+    ) -> Result<Vec<ClaimOutcome>, StoreError> {
         let keys = ShardKeys::new(sale, shard);
-        let reply: Value = SCRIPTS
-            .claim
-            .key(&keys.reservations)
-            .arg(order_id)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        let fields = reply_fields(reply)?;
-        use ReplyField::{Int, Text};
-        Ok(match fields.as_slice() {
-            [Int(0 | 1), Int(quantity), Text(shopper)] => ClaimOutcome::Claimed {
-                quantity: *quantity,
-                shopper: shopper.clone(),
-            },
-            [Int(2)] => ClaimOutcome::Released,
-            [Int(4)] => ClaimOutcome::Missing,
-            _ => return Err(UnexpectedReply(fields).into()),
-        })
+        let mut invocation = SCRIPTS.claim.key(&keys.reservations);
+        for id in order_ids {
+            invocation.arg(id);
+        }
+        let reply: Value = invocation.invoke_async(&mut self.conn.clone()).await?;
+        let Value::Array(replies) = reply else {
+            return Err(UnexpectedReply(vec![]).into());
+        };
+        if replies.len() != order_ids.len() {
+            return Err(UnexpectedReply(vec![ReplyField::Int(replies.len() as i64)]).into());
+        }
+        replies
+            .into_iter()
+            .map(|reply| Ok(read_claim_reply(reply_fields(reply)?)?))
+            .collect()
     }
 
     /// First half of a transfer: takes up to `wanted` (or half the donor's
@@ -568,5 +582,36 @@ impl SaleStore {
                 true
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ReplyField::{Int, Text};
+
+    #[test]
+    fn claim_replies_mean_what_claim_lua_says() {
+        let claimed = ClaimOutcome::Claimed {
+            quantity: 2,
+            shopper: "ada".into(),
+        };
+        let cases: Vec<(Vec<ReplyField>, Option<ClaimOutcome>)> = vec![
+            (
+                vec![Int(0), Int(2), Text("ada".into())],
+                Some(claimed.clone()),
+            ),
+            (vec![Int(1), Int(2), Text("ada".into())], Some(claimed)),
+            (vec![Int(2)], Some(ClaimOutcome::Released)),
+            (vec![Int(4)], Some(ClaimOutcome::Missing)),
+            (vec![Int(3)], None),
+            (vec![Int(0), Int(2)], None),
+            (vec![Int(0), Text("2".into()), Text("ada".into())], None),
+            (vec![], None),
+        ];
+        for (fields, want) in cases {
+            let got = read_claim_reply(fields.clone()).ok();
+            assert_eq!(got, want, "{fields:?}");
+        }
     }
 }
