@@ -266,18 +266,36 @@ impl SaleConsumer {
             })
             .collect();
         let mut attempt = 0;
-        loop {
+        let orders = loop {
             match self.claim(&mut items).await {
-                Ok(orders) => return Some((items, orders)),
+                Ok(orders) => break orders,
                 Err(e) => {
-                    tracing::warn!(sale = %self.config.sale, error = %e, attempt, "claiming failed; retrying");
-                    attempt += 1;
-                    tokio::select! {
-                        () = stop.cancelled() => return None,
-                        () = tokio::time::sleep(backoff(attempt)) => {}
+                    if !self
+                        .back_off("claiming failed", &e, &mut attempt, stop)
+                        .await
+                    {
+                        return None;
                     }
                 }
             }
+        };
+        Some((items, orders))
+    }
+
+    /// After a transient failure: logs it and waits out the backoff of the
+    /// next attempt. False when the consumer is stopped first.
+    async fn back_off(
+        &self,
+        failure: &str,
+        error: &BatchError,
+        attempt: &mut u32,
+        stop: &CancellationToken,
+    ) -> bool {
+        tracing::warn!(sale = %self.config.sale, error = %error, attempt = *attempt, "{failure}; retrying");
+        *attempt += 1;
+        tokio::select! {
+            () = stop.cancelled() => false,
+            () = tokio::time::sleep(backoff(*attempt)) => true,
         }
     }
 
@@ -291,17 +309,9 @@ impl SaleConsumer {
         stop: &CancellationToken,
     ) -> bool {
         let mut attempt = 0;
-        loop {
-            match self.persist_splitting(orders.clone(), &mut items).await {
-                Ok(()) => break,
-                Err(e) => {
-                    tracing::warn!(sale = %self.config.sale, error = %e, attempt, "batch failed; retrying");
-                    attempt += 1;
-                    tokio::select! {
-                        () = stop.cancelled() => return false,
-                        () = tokio::time::sleep(backoff(attempt)) => {}
-                    }
-                }
+        while let Err(e) = self.persist_splitting(orders.clone(), &mut items).await {
+            if !self.back_off("batch failed", &e, &mut attempt, stop).await {
+                return false;
             }
         }
         self.commit(&items);
