@@ -128,6 +128,10 @@ psql "$DATABASE_URL" -Atc "select '    persisted orders by status: ' || string_a
 kubectl get fs -n "$NS"
 kubectl get fs "$SALE" -n "$NS" -o jsonpath='{range .status.conditions[*]}    {.type}={.status} ({.reason}){"\n"}{end}'
 say "events:"
-kubectl get events -n "$NS" --field-selector involvedObject.kind=FlashSale \
-  --sort-by=.metadata.creationTimestamp -o custom-columns=REASON:.reason,MESSAGE:.message --no-headers | sed 's/^/    /'
-say "lifecycle reached: Scheduled -> Warm -> Live -> Ended -> CleaningUp -> Completed; report in $RESULTS/"
+uid=$(kubectl get fs "$SALE" -n "$NS" -o jsonpath='{.metadata.uid}')
+events=$(kubectl get events -n "$NS" --field-selector "involvedObject.kind=FlashSale,involvedObject.uid=$uid" \
+  --sort-by=.metadata.creationTimestamp -o custom-columns=REASON:.reason,MESSAGE:.message --no-headers)
+sed 's/^/    /' <<<"$events"
+# The states the sale went through, as its state-change events tell them.
+reached=$(awk 'NF == 4 && $3 == "->" { print $4 }' <<<"$events" | paste -sd' ' | sed 's/ / -> /g')
+say "lifecycle reached: $reached; report in $RESULTS/"
