@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use flashsale_operator::crd::{FlashSale, SaleState};
+use flashsale_operator::crd::FlashSale;
 use flashsale_testkit as stack;
 use flashsale_workload::bus::admin::Admin;
 use flashsale_workload::bus::topics;
@@ -15,7 +15,18 @@ use flashsale_workload::domain::sale::SaleRef;
 use flashsale_workload::redis::RedisConn;
 use flashsale_workload::redis::store::SaleStore;
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
+
+async fn set_stock(sales: &Api<FlashSale>, name: &str, stock: i64) {
+    sales
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"stock": stock}})),
+        )
+        .await
+        .unwrap();
+}
 
 async fn store() -> SaleStore {
     SaleStore::new(
@@ -45,17 +56,7 @@ async fn live_sale(
     manifest["spec"]["sharding"] = serde_json::json!({"shards": 2});
     manifest["spec"]["purchaseLimit"] = serde_json::json!(100);
     manifest["spec"]["warmup"] = serde_json::json!({"leadTime": "1s"});
-    sales
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(manifest).unwrap(),
-        )
-        .await
-        .unwrap();
-    common::wait_for(Duration::from_secs(30), "the sale to go live", || async {
-        (sales.get(name).await.ok()?.status?.state? == SaleState::Live).then_some(())
-    })
-    .await;
+    common::create_live(&sales, manifest).await;
     (sales, ns, db_url, operator)
 }
 
@@ -96,14 +97,7 @@ async fn restock_adds_stock_and_a_shrink_below_sold_is_refused() {
     }
     assert_eq!(remaining(&store, &sale).await, 0);
 
-    sales
-        .patch(
-            "restock",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"stock": 15}})),
-        )
-        .await
-        .unwrap();
+    set_stock(&sales, "restock", 15).await;
     common::wait_for(
         Duration::from_secs(10),
         "the restock to reach Redis",
@@ -125,14 +119,7 @@ async fn restock_adds_stock_and_a_shrink_below_sold_is_refused() {
     );
 
     // 15 sold: 12 is below that and refused; the stock stays 15.
-    sales
-        .patch(
-            "restock",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"stock": 12}})),
-        )
-        .await
-        .unwrap();
+    set_stock(&sales, "restock", 12).await;
     let refused = common::wait_for(Duration::from_secs(10), "the refusal condition", || async {
         let fs = sales.get("restock").await.ok()?;
         let degraded = condition(&fs, "Degraded")?;
@@ -141,14 +128,7 @@ async fn restock_adds_stock_and_a_shrink_below_sold_is_refused() {
     .await;
     assert_eq!(refused.status.unwrap().stock.unwrap().total, 15);
     assert_eq!(remaining(&store, &sale).await, 0, "Redis unchanged");
-    sales
-        .patch(
-            "restock",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"stock": 15}})),
-        )
-        .await
-        .unwrap();
+    set_stock(&sales, "restock", 15).await;
     common::wait_for(Duration::from_secs(10), "the refusal to clear", || async {
         let fs = sales.get("restock").await.ok()?;
         (condition(&fs, "Degraded")?.0 == "False").then_some(())

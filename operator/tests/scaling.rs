@@ -7,14 +7,13 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use flashsale_operator::crd::{FlashSale, SaleState};
+use flashsale_operator::crd::FlashSale;
 use flashsale_testkit as stack;
 use flashsale_workload::bus::message::OrderMessage;
 use flashsale_workload::bus::{client_config, topics};
 use flashsale_workload::domain::sale::SaleRef;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
-use kube::api::PostParams;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
@@ -39,17 +38,7 @@ async fn live_sale(name: &str, consumers: serde_json::Value) -> Live {
     let mut manifest = common::manifest(name, &ns, 2, 600);
     manifest["spec"]["warmup"] = serde_json::json!({"leadTime": "1s"});
     manifest["spec"]["consumers"] = consumers;
-    sales
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(manifest).unwrap(),
-        )
-        .await
-        .unwrap();
-    common::wait_for(Duration::from_secs(30), "the sale to go live", || async {
-        (sales.get(name).await.ok()?.status?.state? == SaleState::Live).then_some(())
-    })
-    .await;
+    common::create_live(&sales, manifest).await;
     let sale = SaleRef::new(&ns, name).unwrap();
     Live {
         sales,

@@ -2,24 +2,12 @@
 
 use flashsale_testkit as stack;
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
 use kube::api::{DeleteParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
 
 #[tokio::test]
 async fn kube_client_creates_and_deletes_a_configmap() {
-    let path = stack::kubeconfig();
-    let kubeconfig = Kubeconfig::read_from(&path).unwrap_or_else(|e| {
-        panic!(
-            "no kubeconfig at {} ({e}): {}",
-            path.display(),
-            stack::START_HINT
-        )
-    });
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    let client = Client::try_from(config).unwrap();
+    let client = stack::kube_client().await;
     let version = client.apiserver_version().await.unwrap_or_else(|e| {
         panic!(
             "the API server is not answering ({e}): {}",

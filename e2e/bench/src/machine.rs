@@ -77,10 +77,8 @@ pub fn describe(pinning: &str) -> Machine {
 
 /// Pods running outside kube-system, as `namespace/name`.
 pub async fn other_pods() -> anyhow::Result<Vec<String>> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(flashsale_testkit::kubeconfig())?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
     let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
-        kube::Api::all(kube::Client::try_from(config)?);
+        kube::Api::all(flashsale_testkit::kube_client().await);
     Ok(pods
         .list(&Default::default())
         .await?

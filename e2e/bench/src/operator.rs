@@ -77,9 +77,7 @@ struct Cluster {
 
 impl Cluster {
     async fn new() -> anyhow::Result<Self> {
-        let kubeconfig = kube::config::Kubeconfig::read_from(stack::kubeconfig())?;
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
-        let client = Client::try_from(config)?;
+        let client = stack::kube_client().await;
         let ns = format!("bench-{}", Utc::now().format("%H%M%S"));
         let namespace: Namespace =
             serde_json::from_value(serde_json::json!({"metadata": {"name": ns}}))?;

@@ -20,8 +20,7 @@ use flashsale_workload::redis::store::SaleStore;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use kube::api::{DeleteParams, ListParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
+use kube::{Api, Client};
 
 const RELEASE: &str = "e2e";
 const SALE: &str = "e2e-drop";
@@ -71,13 +70,7 @@ impl Drop for Release {
 }
 
 async fn client() -> Client {
-    let kubeconfig = Kubeconfig::read_from(stack::kubeconfig()).unwrap();
-    Client::try_from(
-        Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .unwrap(),
-    )
-    .unwrap()
+    stack::kube_client().await
 }
 
 async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T

@@ -96,6 +96,17 @@ pub fn kubeconfig() -> PathBuf {
     PathBuf::from(var("KUBECONFIG"))
 }
 
+/// A client of the stack's API server, through its kubeconfig.
+pub async fn kube_client() -> kube::Client {
+    let path = kubeconfig();
+    let kubeconfig = kube::config::Kubeconfig::read_from(&path)
+        .unwrap_or_else(|e| panic!("no kubeconfig at {} ({e}): {START_HINT}", path.display()));
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("bad kubeconfig at {} ({e})", path.display()));
+    kube::Client::try_from(config).unwrap_or_else(|e| panic!("no Kubernetes client ({e})"))
+}
+
 /// A name no other test run uses, for topics, databases, sales and namespaces:
 /// `prefix-<pid>-<counter>` in lower case.
 pub fn unique_name(prefix: &str) -> String {

@@ -7,28 +7,16 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use flashsale_operator::context::MANAGER;
-use flashsale_operator::crd::FlashSale;
+use flashsale_operator::crd::{FlashSale, SaleState};
 use flashsale_testkit as stack;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config, CustomResourceExt};
+use kube::{Api, Client, CustomResourceExt};
 
 /// A client of the stack's API server.
 pub async fn client() -> Client {
-    let path = stack::kubeconfig();
-    let kubeconfig = Kubeconfig::read_from(&path).unwrap_or_else(|e| {
-        panic!(
-            "no kubeconfig at {} ({e}): {}",
-            path.display(),
-            stack::START_HINT
-        )
-    });
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
+    stack::kube_client().await
 }
 
 /// Installs (server-side applies) the FlashSale CRD and waits until it is served.
@@ -266,6 +254,17 @@ pub fn manifest(
             "sharding": {"shards": 4},
         }
     })
+}
+
+/// Creates the sale of `manifest` and waits (up to 30 s) until it is Live.
+pub async fn create_live(sales: &Api<FlashSale>, manifest: serde_json::Value) {
+    let fs: FlashSale = serde_json::from_value(manifest).unwrap();
+    let name = fs.metadata.name.clone().unwrap();
+    sales.create(&PostParams::default(), &fs).await.unwrap();
+    wait_for(Duration::from_secs(30), "the sale to go live", || async {
+        (sales.get(&name).await.ok()?.status?.state? == SaleState::Live).then_some(())
+    })
+    .await;
 }
 
 /// The shopper API (`flashsale api`), run as a process for `namespace`.
