@@ -22,7 +22,9 @@ pub fn run_dir() -> PathBuf {
 
 /// The repository's top directory.
 pub fn repo_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+    // e2e/testkit → the repository.
+    let testkit = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    testkit.ancestors().nth(2).unwrap_or(testkit).to_path_buf()
 }
 
 fn env_file() -> &'static HashMap<String, String> {
