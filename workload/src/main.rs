@@ -242,7 +242,7 @@ struct ApiArgs {
     #[arg(long, env = "FLASHSALE_PRODUCE_TIMEOUT", default_value = "3s", value_parser = humantime::parse_duration)]
     produce_timeout: Duration,
     /// How long the producer waits to fill a batch.
-    #[arg(long, env = "FLASHSALE_PRODUCE_LINGER", default_value = "1ms", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "FLASHSALE_PRODUCE_LINGER", default_value = "0ms", value_parser = humantime::parse_duration)]
     produce_linger: Duration,
 }
 

@@ -14,6 +14,7 @@ use flashsale_workload::redis::scripts::SCRIPTS;
 use flashsale_workload::redis::store::SaleStore;
 use sqlx::PgPool;
 
+use crate::cpu::{self, CpuShare};
 use crate::procs::{self, Proc};
 use crate::sale;
 
@@ -45,6 +46,10 @@ pub struct Intake {
     pub api_rss_peak_mib: f64,
     /// What the shoppers were told in both storms.
     pub told: Told,
+    /// How the cores were shared while redis-benchmark ran.
+    pub baseline_cpu: CpuShare,
+    /// How the cores were shared during the closed-loop storm.
+    pub max_rate_cpu: CpuShare,
 }
 
 /// Clients, as in the redis-benchmark baseline.
@@ -165,7 +170,9 @@ pub async fn run(
         .load_async(&mut store.conn())
         .await?;
     eprintln!("intake: redis-benchmark EVALSHA of purchase.lua, {CLIENTS} clients");
+    let before = cpu::snapshot(None, "redis-benchmark");
     let baseline = redis_benchmark(&ShardKeys::new(&baseline_sale.sale, 0), 300_000)?;
+    let baseline_cpu = cpu::share(&before, &cpu::snapshot(None, "redis-benchmark"), 300_000);
 
     let secret_file = results.join("jwt-secret");
     let secret: Vec<u8> = format!("bench-{}", uuid::Uuid::now_v7()).into_bytes();
@@ -192,6 +199,7 @@ pub async fn run(
     eprintln!("intake: warming up, {WARM_UP:?}");
     let (_, mut told) = load::storm(storm(&url, &config.sale.name, &secret, None, WARM_UP)).await;
     eprintln!("intake: closed loop, {CLIENTS} shoppers at a time, {seconds} s");
+    let before = cpu::snapshot(Some(api.pid()), "exited children");
     let (max_rate, max_told) = load::storm(storm(
         &url,
         &config.sale.name,
@@ -200,6 +208,11 @@ pub async fn run(
         Duration::from_secs(seconds),
     ))
     .await;
+    let max_rate_cpu = cpu::share(
+        &before,
+        &cpu::snapshot(Some(api.pid()), "exited children"),
+        max_rate.accepted_orders,
+    );
     let half = (max_rate.accepted_per_sec / 2.0).max(1.0) as u64;
     eprintln!("intake: open loop at {half}/s (half the maximum), {seconds} s");
     let (half_rate, half_told) = load::storm(storm(
@@ -225,5 +238,7 @@ pub async fn run(
         half_rate,
         api_rss_peak_mib,
         told,
+        baseline_cpu,
+        max_rate_cpu,
     })
 }

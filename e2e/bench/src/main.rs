@@ -4,6 +4,7 @@
 //! non-zero. Results: a table on stdout; JSON and SVG plots in the results
 //! directory.
 
+mod cpu;
 mod intake;
 mod machine;
 mod operator;
@@ -68,16 +69,29 @@ fn figure(
     }
 }
 
-fn throughput_series(report: &StormReport) -> Vec<(f64, f64)> {
-    let bucket_ms = 250.0;
+/// The width of the plots' time buckets.
+const BUCKET_MS: f64 = 250.0;
+
+/// The timeline in buckets, each folded from 0 by `fold(acc, latency)`.
+fn per_bucket(report: &StormReport, fold: impl Fn(f64, f64) -> f64) -> Vec<(f64, f64)> {
     let mut buckets: std::collections::BTreeMap<u64, f64> = std::collections::BTreeMap::new();
-    for &(offset, _) in &report.timeline {
-        *buckets.entry((offset / bucket_ms) as u64).or_default() += 1000.0 / bucket_ms;
+    for &(offset, latency) in &report.timeline {
+        let acc = buckets.entry((offset / BUCKET_MS) as u64).or_default();
+        *acc = fold(*acc, latency);
     }
     buckets
         .into_iter()
-        .map(|(b, per_sec)| (b as f64 * bucket_ms / 1000.0, per_sec))
+        .map(|(b, v)| (b as f64 * BUCKET_MS / 1000.0, v))
         .collect()
+}
+
+fn throughput_series(report: &StormReport) -> Vec<(f64, f64)> {
+    per_bucket(report, |n, _| n + 1000.0 / BUCKET_MS)
+}
+
+/// The slowest accepted purchase started in each 250 ms: stalls show as spikes.
+fn slowest_series(report: &StormReport) -> Vec<(f64, f64)> {
+    per_bucket(report, f64::max)
 }
 
 fn latency_cdf(report: &StormReport) -> Vec<(f64, f64)> {
@@ -312,6 +326,11 @@ async fn main() -> anyhow::Result<()> {
             if f.met { "met" } else { "MISSED" }
         );
     }
+    println!(
+        "\nhow the cores were shared\n  closed-loop storm: {}\n  redis-benchmark:   {}",
+        cpu::render(&intake.max_rate_cpu),
+        cpu::render(&intake.baseline_cpu)
+    );
     println!("\ninvariants of this run:");
     for v in &verdicts {
         let mark = match v.holds {
@@ -350,12 +369,35 @@ async fn main() -> anyhow::Result<()> {
             true,
         ),
     )?;
+    std::fs::write(
+        results.join("stalls.svg"),
+        svg::line_chart(
+            "Slowest accepted purchase started in each 250 ms",
+            "seconds into the storm",
+            "ms",
+            &[
+                svg::Series {
+                    name: "closed loop, max rate",
+                    points: &slowest_series(&intake.max_rate),
+                    color: "#1f77b4",
+                },
+                svg::Series {
+                    name: "open loop, half rate",
+                    points: &slowest_series(&intake.half_rate),
+                    color: "#d62728",
+                },
+            ],
+            false,
+        ),
+    )?;
     let report = serde_json::json!({
         "machine": machine,
         "figures": figures,
         "redisBaseline": intake.baseline,
         "maxRate": intake.max_rate,
         "halfRate": intake.half_rate,
+        "cpuMaxRate": intake.max_rate_cpu,
+        "cpuRedisBenchmark": intake.baseline_cpu,
         "persist": persist,
         "operator": ops,
         "invariants": verdicts,
@@ -365,7 +407,7 @@ async fn main() -> anyhow::Result<()> {
         serde_json::to_vec_pretty(&report)?,
     )?;
     println!(
-        "\nreport: {}/bench.json, plots: throughput.svg, latency.svg",
+        "\nreport: {}/bench.json, plots: throughput.svg, latency.svg, stalls.svg",
         results.display()
     );
     if !invariants::all_hold(&verdicts) {

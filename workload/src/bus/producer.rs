@@ -21,7 +21,8 @@ pub struct ProducerSettings {
     /// How long a message may wait for its acknowledgement, retries included.
     /// After it, the produce fails and the API releases the reservation.
     pub timeout: Duration,
-    /// How long librdkafka waits to fill a batch.
+    /// How long librdkafka waits to fill a batch. Messages produced while a
+    /// request is in flight still travel together in the next one.
     pub linger: Duration,
 }
 
@@ -29,7 +30,7 @@ impl Default for ProducerSettings {
     fn default() -> Self {
         Self {
             timeout: Duration::from_secs(3),
-            linger: Duration::from_millis(1),
+            linger: Duration::ZERO,
         }
     }
 }
@@ -45,6 +46,9 @@ impl OrderProducer {
         let producer = client_config(bootstrap)
             .set("enable.idempotence", "true")
             .set("acks", "all")
+            // Every purchase waits for this socket: no Nagle delay behind an
+            // unacknowledged request.
+            .set("socket.nagle.disable", "true")
             .set("linger.ms", settings.linger.as_millis().to_string())
             .set(
                 "message.timeout.ms",

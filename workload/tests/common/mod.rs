@@ -196,7 +196,7 @@ impl TestApi {
             },
             producer: ProducerSettings {
                 timeout: options.produce_timeout,
-                linger: Duration::from_millis(1),
+                ..ProducerSettings::default()
             },
         };
         let state = build_state(&config).await.unwrap();
