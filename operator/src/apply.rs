@@ -247,8 +247,16 @@ pub async fn apply(
                     .cloned();
                 // Applying an unchanged object costs the API server a merge
                 // on every reconcile: only what changed is applied.
-                if obs.deployment.as_ref().and_then(|d| d.applied_hash.clone()) != hash {
+                let apply = obs.deployment.as_ref().and_then(|d| d.applied_hash.clone()) != hash;
+                if apply {
                     apply_secret(ctx, fs, namespace).await?;
+                    // The plan's count goes with the apply: a Deployment
+                    // created without one starts a pod (the default is 1),
+                    // which a Scheduled sale must not run.
+                    let mut desired = desired;
+                    if let Some(spec) = desired.spec.as_mut() {
+                        spec.replicas = Some(replicas);
+                    }
                     api.patch(
                         &name,
                         &PatchParams::apply(MANAGER).force(),
@@ -258,12 +266,14 @@ pub async fn apply(
                 }
                 let current = obs.deployment.as_ref().map(|d| d.replicas);
                 if current != Some(replicas) {
-                    api.patch_scale(
-                        &name,
-                        &PatchParams::default(),
-                        &Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})),
-                    )
-                    .await?;
+                    if !apply {
+                        api.patch_scale(
+                            &name,
+                            &PatchParams::default(),
+                            &Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})),
+                        )
+                        .await?;
+                    }
                     let from = current.map_or("none".to_string(), |c| c.to_string());
                     let note = format!(
                         "consumers {from} -> {replicas} (lag {:?})",

@@ -174,8 +174,8 @@ fn container(fs: &FlashSale, settings: &WorkloadSettings, name: &str, args: &[&s
     }
 }
 
-/// The sale's consumer Deployment (replicas are set through the scale
-/// subresource, not here, so the scaling loop owns them).
+/// The sale's consumer Deployment. Replicas are not set (nor hashed) here:
+/// they change with the lag, and the caller sets the plan's count.
 pub fn consumer_deployment(fs: &FlashSale, settings: &WorkloadSettings) -> Deployment {
     let name = fs.metadata.name.clone().unwrap_or_default();
     let labels = labels(fs, "consumer");
@@ -345,7 +345,7 @@ mod tests {
         let spec = d.spec.unwrap();
         assert_eq!(
             spec.replicas, None,
-            "replicas belong to the scale subresource"
+            "replicas are the caller's, outside the hash"
         );
         let pod = spec.template.spec.unwrap();
         let c = &pod.containers[0];

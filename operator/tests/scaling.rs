@@ -7,13 +7,16 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use flashsale_operator::crd::FlashSale;
+use flashsale_operator::crd::{FlashSale, SaleState};
 use flashsale_testkit as stack;
 use flashsale_workload::bus::message::OrderMessage;
 use flashsale_workload::bus::{client_config, topics};
 use flashsale_workload::domain::sale::SaleRef;
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
+use kube::api::PostParams;
+use kube::runtime::watcher;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
@@ -121,6 +124,66 @@ async fn replicas(deployments: &Api<Deployment>, name: &str) -> Option<i32> {
         .ok()??
         .spec?
         .replicas
+}
+
+/// A sale weeks ahead gets its consumer Deployment at zero replicas from the
+/// very first write: no version of it ever asks for a pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_sale_never_asks_for_a_consumer_pod() {
+    let client = common::client().await;
+    common::install_crd(&client).await;
+    let ns = common::namespace(&client).await;
+    let db_url = stack::fresh_database_url().await;
+    let _operator = common::Operator::start_with_image(&ns, &db_url, "later", IDLE_IMAGE);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+
+    // Every version of the namespace's Deployments, watched from before the
+    // sale exists: each write is its own event.
+    let (listed, until_listed) = tokio::sync::oneshot::channel();
+    let (versions, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut listed = Some(listed);
+        let mut events = watcher(deployments, watcher::Config::default()).boxed();
+        while let Some(Ok(event)) = events.next().await {
+            match event {
+                watcher::Event::InitDone => {
+                    if let Some(listed) = listed.take() {
+                        let _ = listed.send(());
+                    }
+                }
+                watcher::Event::Apply(d) | watcher::Event::InitApply(d) => {
+                    let _ = versions.send(d.spec.and_then(|s| s.replicas));
+                }
+                _ => {}
+            }
+        }
+    });
+    until_listed.await.unwrap();
+
+    let sales: Api<FlashSale> = Api::namespaced(client, &ns);
+    let month = 30 * 24 * 3600;
+    let fs: FlashSale =
+        serde_json::from_value(common::manifest("later", &ns, month, 3600)).unwrap();
+    sales.create(&PostParams::default(), &fs).await.unwrap();
+    common::wait_for(
+        Duration::from_secs(30),
+        "the sale to be Scheduled",
+        || async {
+            (sales.get("later").await.ok()?.status?.state? == SaleState::Scheduled).then_some(())
+        },
+    )
+    .await;
+    // Time for a scale write after the first one, had there been one.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut replicas = Vec::new();
+    while let Ok(version) = seen.try_recv() {
+        replicas.push(version);
+    }
+    assert!(!replicas.is_empty(), "the consumer Deployment exists");
+    assert!(
+        replicas.iter().all(|r| *r == Some(0)),
+        "every version of the consumer Deployment has 0 replicas: {replicas:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

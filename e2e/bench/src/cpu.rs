@@ -96,6 +96,9 @@ fn parse_cores(proc_stat: &str) -> Vec<u64> {
         .map(|l| {
             l.split_whitespace()
                 .skip(1)
+                // user nice system idle iowait irq softirq steal; guest time
+                // (what follows) is already counted in user and nice.
+                .take(8)
                 .enumerate()
                 // idle (3) and iowait (4) are not busy.
                 .filter(|&(i, _)| i != 3 && i != 4)
@@ -239,10 +242,10 @@ mod tests {
     }
 
     #[test]
-    fn counts_busy_ticks_per_core_without_idle_and_iowait() {
+    fn counts_busy_ticks_per_core_without_idle_iowait_or_guest_twice() {
         let stat = "cpu  10 0 10 500 5 0 0 0 0 0\n\
                     cpu0 6 0 4 200 5 1 1 0 0 0\n\
-                    cpu1 4 0 6 300 0 0 0 0 0 0\n\
+                    cpu1 4 0 6 300 0 0 0 0 3 0\n\
                     intr 123\n";
         assert_eq!(parse_cores(stat), vec![12, 10]);
     }

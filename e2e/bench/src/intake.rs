@@ -229,7 +229,7 @@ pub async fn run(
         told.sold_out_seen |= other.sold_out_seen;
     }
     let api_rss_peak_mib = api.rss_mib().1;
-    api.stop();
+    api.stop().await;
     Ok(Intake {
         config,
         baseline_sale,

@@ -379,7 +379,7 @@ pub async fn run(image: &str, trials: usize) -> anyhow::Result<OperatorFigures> 
     }
     tokio::time::sleep(Duration::from_secs(10)).await;
     let operator_rss_mib = operator.rss_mib().0;
-    operator.stop();
+    operator.stop().await;
 
     let scaling_reaction = scaling(&cluster, trials).await?;
     cluster.remove().await?;

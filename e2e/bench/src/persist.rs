@@ -66,7 +66,7 @@ pub async fn run(db: &PgPool, config: &SaleConfig, expected: i64) -> anyhow::Res
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let took = first_at.map_or(Duration::ZERO, |t| t.elapsed());
-    consumer.stop();
+    consumer.stop().await;
     let measured = count - first_count;
     let consumer_per_sec = measured as f64 / took.as_secs_f64().max(1e-3);
 

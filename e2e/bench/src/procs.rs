@@ -85,7 +85,7 @@ impl Proc {
     /// Stops it as Kubernetes would: SIGTERM, then SIGKILL if it is still
     /// running after 10 s. A consumer stopped this way leaves its Kafka
     /// group, so the group can be deleted right after.
-    pub fn stop(mut self) {
+    pub async fn stop(mut self) {
         let _ = Command::new("kill")
             .args(["-TERM", &self.pid().to_string()])
             .status();
@@ -93,7 +93,7 @@ impl Proc {
             if !matches!(self.child.try_wait(), Ok(None)) {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(100));
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
