@@ -12,18 +12,24 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
 
 demo: ## bring up the stack and run a live sale end to end, narrated
+	@$(STACK)/preflight.sh
 	@$(MAKE) --no-print-directory -j2 stack release
 	@$(ENV) e2e/demo.sh
 
 test: ## install and start everything the tests need, then lint and pass them all
+	@$(STACK)/preflight.sh
 	@$(MAKE) --no-print-directory -j2 stack build-tests
 	@$(MAKE) --no-print-directory test-images check-crds
 	@$(ENV) e2e/chart-check.sh
+	@$(ENV) e2e/newcomer.sh
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets --locked -- -D warnings
-	$(ENV) cargo test --workspace --locked --no-fail-fast
+	@# Whatever the tests did, nothing of theirs may stay on the cluster.
+	$(ENV) cargo test --workspace --locked --no-fail-fast; status=$$?; \
+	  $(ENV) e2e/leftovers.sh || status=1; exit $$status
 
 up: ## start the stack and the local loop (operator, API, consumer on the host), write .run/env
+	@$(STACK)/preflight.sh
 	@$(MAKE) --no-print-directory -j2 stack build
 	@$(STACK)/local.sh up
 
@@ -36,7 +42,8 @@ down: ## stop everything `up` started
 status: ## print the stack's addresses and health
 	@$(STACK)/status.sh
 
-clean: down ## stop the stack and delete its data (caches stay)
+clean: down ## stop the stack and delete its data, PostgreSQL's too (caches stay)
+	@$(STACK)/postgres.sh purge
 	rm -rf $(RUN)
 
 build: ## build the binaries (debug)
@@ -46,6 +53,7 @@ release: ## build the binaries (release)
 	cargo build --workspace --locked --bins --release
 
 bench: ## every performance figure against its limit, in one run, with its invariants
+	@$(STACK)/preflight.sh
 	@$(MAKE) --no-print-directory -j2 stack release
 	@$(ENV) taskset -c 0 target/release/flashsale-bench
 

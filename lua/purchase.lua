@@ -6,7 +6,10 @@
 -- KEYS[3] units  hash  shopper -> units held (shoppers whose home is this shard)
 -- KEYS[4] res    hash  order id -> reservation "<state>:<qty>:<created_ms>:<shopper>"
 --                      state R reserved, C claimed by a consumer, X released
--- KEYS[5] idem   hash  "<shopper>|<idempotency key>" -> order id
+-- KEYS[5] idem   hash  "<length of shopper>:<shopper>|<idempotency key>" -> order id
+--                      (the length makes the field unambiguous whatever the two hold)
+-- KEYS[6] pend   zset  reservations still R, scored by created_ms: the janitor
+--                      releases the ones whose message can no longer come
 -- ARGV[1] shopper, ARGV[2] quantity, ARGV[3] order id, ARGV[4] idempotency key or ''
 --
 -- Replies (the first element is the code; workload/src/domain/purchase.rs reads them):
@@ -16,7 +19,8 @@
 --   {7, units held, limit}      the shopper would exceed the purchase limit
 --   {8, order id, state}        a retry of an order already decided: its first answer
 --   {9}                         malformed arguments
-local meta, stock_key, units_key, res_key, idem_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+--   {10}                        the sale's Redis state was lost (lua/fence.lua): nothing reserved
+local meta, stock_key, units_key, res_key, idem_key, pend_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local shopper, qty, order_id, idem = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 if shopper == nil or shopper == '' or order_id == nil or order_id == ''
     or qty == nil or qty < 1 or qty ~= math.floor(qty) then
@@ -30,7 +34,7 @@ if previous then
 end
 local idem_field = nil
 if idem ~= nil and idem ~= '' then
-  idem_field = shopper .. '|' .. idem
+  idem_field = #shopper .. ':' .. shopper .. '|' .. idem
   local first = redis.call('HGET', idem_key, idem_field)
   if first then
     local r = redis.call('HGET', res_key, first)
@@ -41,7 +45,8 @@ if idem ~= nil and idem ~= '' then
   end
 end
 
-local m = redis.call('HMGET', meta, 'warmed', 'paused', 'start_ms', 'end_ms', 'limit', 'busy')
+local m = redis.call('HMGET', meta, 'warmed', 'paused', 'start_ms', 'end_ms', 'limit', 'busy', 'lost')
+if m[7] == '1' then return {10} end
 if m[1] ~= '1' then return {1} end
 if m[2] == '1' then return {2} end
 local t = redis.call('TIME')
@@ -60,5 +65,6 @@ if available < qty then return {6, available} end
 redis.call('DECRBY', stock_key, qty)
 redis.call('HINCRBY', units_key, shopper, qty)
 redis.call('HSET', res_key, order_id, 'R:' .. qty .. ':' .. now .. ':' .. shopper)
+redis.call('ZADD', pend_key, now, order_id)
 if idem_field then redis.call('HSET', idem_key, idem_field, order_id) end
 return {0, order_id, available - qty}

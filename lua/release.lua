@@ -1,33 +1,43 @@
 -- Returns a reservation's units to its shard, exactly once: moves it from the
 -- expected state to X (released), giving back the stock and the shopper's units.
 --
--- KEYS[1] stock, KEYS[2] units, KEYS[3] res   (one shard's slot; see purchase.lua)
+-- KEYS[1] stock, KEYS[2] units, KEYS[3] res, KEYS[4] meta (`arrivals` counter),
+-- KEYS[5] pend zset of R reservations   (one shard's slot; see purchase.lua)
 -- ARGV[1] order id
--- ARGV[2] expected state: R (the API after a failed produce, or reconciliation),
+-- ARGV[2] expected state: R (the API after a failed produce, or the janitor),
 --         C (a claimed order that failed, was cancelled or timed out)
 -- ARGV[3] minimum age in ms: younger reservations are left alone (0 = any age)
+-- ARGV[4] shopper or '': when set and no reservation exists, a tombstone
+--         "X:0:<now>:<shopper>" is written, so a purchase script of this order
+--         id that runs late (its reply timed out) finds it released and
+--         reserves nothing
 --
 -- Replies: {0, qty} released   {1} found R   {2} found C   {3} found X (already released)
 --          {4} no such reservation   {5} younger than the minimum age   {9} malformed
-local stock_key, units_key, res_key = KEYS[1], KEYS[2], KEYS[3]
-local order_id, expected, min_age = ARGV[1], ARGV[2], tonumber(ARGV[3] or '0')
+local stock_key, units_key, res_key, meta_key, pend_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local order_id, expected, min_age, tombstone = ARGV[1], ARGV[2], tonumber(ARGV[3] or '0'), ARGV[4]
 if order_id == nil or order_id == '' or (expected ~= 'R' and expected ~= 'C') or min_age == nil then
   return {9}
 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local r = redis.call('HGET', res_key, order_id)
-if not r then return {4} end
+if not r then
+  if tombstone ~= nil and tombstone ~= '' then
+    redis.call('HSET', res_key, order_id, 'X:0:' .. now .. ':' .. tombstone)
+  end
+  return {4}
+end
 local state, qty, created, shopper = string.match(r, '^(%u):(%d+):(%d+):(.*)$')
 if state ~= expected then
   if state == 'R' then return {1} elseif state == 'C' then return {2} else return {3} end
 end
-if min_age > 0 then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  if now - tonumber(created) < min_age then return {5} end
-end
+if min_age > 0 and now - tonumber(created) < min_age then return {5} end
 redis.call('INCRBY', stock_key, qty)
 if redis.call('HINCRBY', units_key, shopper, -tonumber(qty)) <= 0 then
   redis.call('HDEL', units_key, shopper)
 end
 redis.call('HSET', res_key, order_id, 'X:' .. qty .. ':' .. created .. ':' .. shopper)
+redis.call('ZREM', pend_key, order_id)
+redis.call('HINCRBY', meta_key, 'arrivals', 1)
 return {0, tonumber(qty)}

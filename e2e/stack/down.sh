@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # Stops exactly what up.sh started, by pid, in reverse order. Data stays in
-# $RUN_DIR (`make clean` removes it).
+# $RUN_DIR (`make clean` removes it). A clone that does not own the machine's
+# stack stops nothing: the bridge and the node are the owner's.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "$0")/lib.sh"
+
+if owner=$(other_owner); then
+  log "the stack on this machine belongs to $owner: left running (stop it from that clone)"
+  exit 0
+fi
 
 "$STACK_DIR/local.sh" down
 "$STACK_DIR/node.sh" down
@@ -17,4 +23,5 @@ for f in "$PID_DIR"/*.pid; do
 done
 # Last: everything above may listen on the bridge's address.
 "$STACK_DIR/bridge.sh" down
+[ "$(cat "$OWNER_FILE" 2>/dev/null)" = "$RUN_DIR" ] && as_root rm -f "$OWNER_FILE"
 log "stack down"

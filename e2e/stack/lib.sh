@@ -10,10 +10,19 @@ REPO_DIR=$(cd "$STACK_DIR/../.." && pwd)
 # Downloads and builds, keyed by version; safe to delete at any time.
 CACHE_DIR=${FLASHSALE_CACHE:-$HOME/.cache/flashsale}
 # Everything a running stack owns: data, logs, pids, PKI, the env file.
-RUN_DIR=${FLASHSALE_RUN:-$REPO_DIR/.run}
+RUN_DIR=$(realpath -m "${FLASHSALE_RUN:-$REPO_DIR/.run}")
 LOG_DIR=$RUN_DIR/logs
 PID_DIR=$RUN_DIR/pids
 ENV_FILE=$RUN_DIR/env
+# Machine-wide state, outside every clone: which clone owns the stack (the
+# bridge, the node and the ports exist once per machine), and each clone's
+# PostgreSQL data, which the `postgres` user must reach wherever the clone
+# sits (a clone under root's home or `mktemp -d` is in a 0700 directory).
+STATE_DIR=${FLASHSALE_STATE:-/var/lib/flashsale}
+OWNER_FILE=$STATE_DIR/owner
+# A key per run directory, so two clones never share PostgreSQL data.
+CLONE_KEY=$(printf '%s' "$RUN_DIR" | sha256sum | cut -c1-12)
+PG_HOME=$STATE_DIR/postgres-$CLONE_KEY
 
 K8S_VERSION=1.34.4
 ETCD_VERSION=3.6.16
@@ -27,7 +36,9 @@ KAFKA_HOME=$CACHE_DIR/kafka-$KAFKA_VERSION
 
 # Non-default loopback ports, so the stack never collides with a system service.
 REDIS_PORT=${FLASHSALE_REDIS_PORT:-16379}
-REDIS_CLUSTER_PORTS=(17001 17002 17003)
+# The Redis Cluster: 3 masters and a replica each (their cluster bus ports
+# are these + 10000).
+REDIS_CLUSTER_PORTS=(17001 17002 17003 17004 17005 17006)
 PG_PORT=${FLASHSALE_PG_PORT:-15432}
 KAFKA_PORT=${FLASHSALE_KAFKA_PORT:-19092}
 KAFKA_CONTROLLER_PORT=19093
@@ -115,6 +126,26 @@ stop_pid() {
     log "$name stopped (pid $pid)"
   fi
   rm -f "$f"
+}
+
+# other_owner: prints the run directory of the other clone that owns this
+# machine's stack (one of its recorded processes still runs); fails when the
+# stack is ours or nobody's.
+other_owner() {
+  local owner f
+  owner=$(cat "$OWNER_FILE" 2>/dev/null) || return 1
+  [ -n "$owner" ] && [ "$owner" != "$RUN_DIR" ] || return 1
+  for f in "$owner"/pids/*.pid; do
+    [ -e "$f" ] && alive "$(cat "$f")" && echo "$owner" && return 0
+  done
+  return 1
+}
+
+# claim_stack: record this clone as the owner of the machine's stack.
+claim_stack() {
+  [ "$(cat "$OWNER_FILE" 2>/dev/null)" = "$RUN_DIR" ] && return 0
+  as_root install -d -m 0755 "$STATE_DIR"
+  echo "$RUN_DIR" | as_root tee "$OWNER_FILE" >/dev/null
 }
 
 # wait_until SECONDS WHAT CMD...: poll CMD every 0.2 s until it succeeds.

@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # PostgreSQL 15 on $PG_PORT, run as the `postgres` user (the server refuses
-# root) from a data directory under the run dir. Usage: postgres.sh up|down|status
+# root). Its data, socket and server log live in $PG_HOME, a directory of this
+# clone's own that `postgres` owns outside the clone, so it works wherever the
+# clone sits and no directory of the user's is opened up; the run dir's
+# logs/postgres.log points at the log. Usage: postgres.sh up|down|status|purge
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 PG_BIN=/usr/lib/postgresql/15/bin
-PG_DATA=$RUN_DIR/postgres/data
-PG_SOCK=$RUN_DIR/postgres/sock
+PG_DATA=$PG_HOME/data
+PG_SOCK=$PG_HOME/sock
+PG_LOG=$PG_HOME/postgres.log
 DB_NAME=flashsale
 
+# as_postgres CMD...: run CMD as `postgres` from /, which it can always enter
+# (the clone's directory may be closed to it).
 as_postgres() {
-  if [ "$(id -un)" = postgres ]; then "$@"; else as_root runuser -u postgres -- "$@"; fi
+  if [ "$(id -un)" = postgres ]; then (cd / && "$@"); else (cd / && as_root runuser -u postgres -- "$@"); fi
 }
 
 listen_addrs() {
@@ -18,13 +24,13 @@ listen_addrs() {
 }
 
 up() {
-  mkdir -p "$RUN_DIR/postgres" "$PG_SOCK"
-  # The postgres user must be able to reach its directories under the repo.
-  chmod o+x "$RUN_DIR" "$RUN_DIR/postgres"
-  as_root chown postgres: "$RUN_DIR/postgres" "$PG_SOCK"
-  touch "$LOG_DIR/postgres.log" && as_root chown postgres: "$LOG_DIR/postgres.log"
-  chmod o+x "$LOG_DIR"
-  if [ ! -f "$PG_DATA/PG_VERSION" ]; then
+  as_root install -d -m 0755 "$STATE_DIR"
+  as_root install -d -m 0700 -o postgres -g postgres "$PG_HOME" "$PG_SOCK"
+  # Whose data this is, for a person looking at $STATE_DIR.
+  echo "$RUN_DIR" | as_root tee "$PG_HOME/clone" >/dev/null
+  as_postgres touch "$PG_LOG"
+  ln -sfn "$PG_LOG" "$LOG_DIR/postgres.log"
+  if ! as_root test -f "$PG_DATA/PG_VERSION"; then
     as_postgres "$PG_BIN/initdb" -D "$PG_DATA" -A trust -U postgres -E UTF8 >"$LOG_DIR/postgres-initdb.log"
     # Pods on the test bridge connect over TCP too.
     echo "host all all $POD_CIDR trust" | as_postgres tee -a "$PG_DATA/pg_hba.conf" >/dev/null
@@ -36,10 +42,10 @@ up() {
     as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w stop >/dev/null
   fi
   if ! as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then
-    as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$LOG_DIR/postgres.log" -w -t 30 start \
+    as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -w -t 30 start \
       -o "-p $PG_PORT -k $PG_SOCK -c listen_addresses=$(listen_addrs) -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" >/dev/null
   fi
-  head -1 "$PG_DATA/postmaster.pid" >"$(pid_file postgres)"
+  as_root head -1 "$PG_DATA/postmaster.pid" >"$(pid_file postgres)"
   if ! psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -tAc "select 1 from pg_database where datname='$DB_NAME'" | grep -q 1; then
     psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -qc "create database $DB_NAME"
   fi
@@ -47,10 +53,17 @@ up() {
 }
 
 down() {
-  if [ -f "$PG_DATA/postmaster.pid" ]; then
+  if as_root test -f "$PG_DATA/postmaster.pid"; then
     as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w stop >/dev/null 2>&1 || true
   fi
   stop_pid postgres
+}
+
+# purge: this clone's data, socket and log (make clean), after down.
+purge() {
+  down
+  as_root rm -rf "$PG_HOME"
+  rm -f "$LOG_DIR/postgres.log"
 }
 
 status() {

@@ -7,6 +7,8 @@
 source "$(dirname "$0")/lib.sh"
 
 started=$SECONDS
+"$STACK_DIR/preflight.sh"
+claim_stack
 "$STACK_DIR/install.sh"
 "$STACK_DIR/bridge.sh" up
 "$STACK_DIR/redis.sh" up

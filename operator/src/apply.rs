@@ -3,8 +3,9 @@
 
 use flashsale_workload::bus::topics;
 use flashsale_workload::domain::sale::SaleConfig;
+use flashsale_workload::domain::stock::shrink_id;
 use flashsale_workload::orders::sales;
-use flashsale_workload::redis::store::WarmError;
+use flashsale_workload::redis::store::ShrinkOutcome;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
@@ -15,10 +16,11 @@ use kube::{Api, Resource};
 use crate::context::{Context, MANAGER};
 use crate::crd::FlashSale;
 use crate::observe::Observation;
-use crate::plan::{Action, JobKind};
+use crate::plan::{Action, JobKind, Refused};
 use crate::resources::{
     APPLIED_HASH, consumer_deployment, consumers_name, job, job_name, workload_secret,
 };
+use crate::warm;
 
 /// A failed action.
 #[derive(Debug, thiserror::Error)]
@@ -42,9 +44,11 @@ pub enum ApplyError {
 pub struct Applied {
     /// Warm-up verification failed: Redis did not match the database.
     pub warm_mismatch: Option<String>,
+    /// A shrink found fewer unsold units than it removes; nothing changed.
+    pub refused: Option<Refused>,
 }
 
-async fn event(
+pub(crate) async fn event(
     ctx: &Context,
     fs: &FlashSale,
     type_: EventType,
@@ -113,14 +117,17 @@ pub async fn apply(
                         )
                         .await
                     }
-                    Some((before, _)) if before.stock != stored.stock => {
+                    Some(before) if before.config.stock != stored.stock => {
                         event(
                             ctx,
                             fs,
                             normal,
                             "StockChanged",
                             "UpdateRow",
-                            format!("stock {} -> {} in the database", before.stock, stored.stock),
+                            format!(
+                                "stock {} -> {} in the database",
+                                before.config.stock, stored.stock
+                            ),
                         )
                         .await;
                     }
@@ -156,35 +163,14 @@ pub async fn apply(
                 .await;
             }
             Action::Warm => {
-                let Some((row, sold)) = &obs.stored else {
-                    continue;
-                };
-                match ctx.store.warm(row, *sold, fs.spec.paused).await {
-                    Ok(()) => {
-                        let note = format!(
-                            "{} units over {} shards loaded and verified against the database",
-                            row.stock - sold,
-                            row.shards
-                        );
-                        event(ctx, fs, normal, "Warmed", "Warm", note).await;
-                    }
-                    Err(WarmError::Mismatch(why)) => {
-                        event(
-                            ctx,
-                            fs,
-                            EventType::Warning,
-                            "WarmVerifyFailed",
-                            "Warm",
-                            why.clone(),
-                        )
-                        .await;
-                        applied.warm_mismatch = Some(why);
-                    }
-                    Err(WarmError::Store(e)) => return Err(e.into()),
+                if let Some(why) = warm::warm(ctx, fs, obs).await? {
+                    applied.warm_mismatch = Some(why);
                 }
             }
+            Action::FenceLostState => warm::fence(ctx, fs, obs).await?,
+            Action::BeginRecovery => warm::begin_recovery(ctx, fs, obs).await?,
             Action::Restock => {
-                let Some((row, _)) = &obs.stored else {
+                let Some(row) = obs.stored.as_ref().map(|s| &s.config) else {
                     continue;
                 };
                 if let Some(delta) = ctx.store.restock(sale, row.stock, row.generation).await? {
@@ -203,6 +189,47 @@ pub async fn apply(
                     )
                     .await;
                 }
+            }
+            Action::Shrink { to, generation } => {
+                let Some(row) = obs.stored.as_ref().map(|s| &s.config) else {
+                    continue;
+                };
+                let outcome = ctx
+                    .store
+                    .shrink(sale, config.shards, row.stock, to, generation)
+                    .await?;
+                match outcome {
+                    ShrinkOutcome::Shrunk => {
+                        sales::set_stock(&ctx.db, config.id, to, generation).await?;
+                        let note = format!(
+                            "stock {} -> {to}: the units left Redis first, then the database",
+                            row.stock
+                        );
+                        event(ctx, fs, normal, "StockChanged", "Shrink", note).await;
+                    }
+                    ShrinkOutcome::NotEnoughUnsold { unsold } => {
+                        let accepted = row.stock - unsold;
+                        applied.refused = Some(Refused::StockBelowSold {
+                            asked: to,
+                            sold: accepted,
+                        });
+                    }
+                }
+            }
+            Action::UndoShrink { generation, to } => {
+                let returned = ctx
+                    .store
+                    .undo_shrink(sale, config.shards, &shrink_id(generation, to))
+                    .await?;
+                if returned > 0 {
+                    let note = format!(
+                        "{returned} units of an unfinished shrink to {to} are on sale again"
+                    );
+                    event(ctx, fs, normal, "ShrinkUndone", "Shrink", note).await;
+                }
+            }
+            Action::RecordRowStock { stock, generation } => {
+                sales::set_stock(&ctx.db, config.id, stock, generation).await?;
             }
             Action::WriteMeta(meta) => {
                 ctx.store.write_meta(sale, config.shards, &meta).await?;
@@ -283,6 +310,8 @@ pub async fn apply(
                 }
             }
             Action::DeleteConsumers => {
+                // Consumers serving a whole namespace stop for it too.
+                sales::mark_drained(&ctx.db, config.id).await?;
                 if obs.deployment.is_some() {
                     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
                     api.delete(&consumers_name(&sale.name), &DeleteParams::background())

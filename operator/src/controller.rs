@@ -154,7 +154,15 @@ async fn decide(
 fn changes_observation(action: &Action) -> bool {
     matches!(
         action,
-        Action::SyncSaleRow { .. } | Action::EnsureTopics | Action::Warm | Action::Restock
+        Action::SyncSaleRow { .. }
+            | Action::EnsureTopics
+            | Action::Warm
+            | Action::Restock
+            | Action::Shrink { .. }
+            | Action::UndoShrink { .. }
+            | Action::RecordRowStock { .. }
+            | Action::FenceLostState
+            | Action::BeginRecovery
     )
 }
 
@@ -184,7 +192,7 @@ fn stock_status(obs: &Observation) -> StockStatus {
     let (total, persisted) = obs
         .stored
         .as_ref()
-        .map_or((i64::from(0), 0), |(row, sold)| (row.stock, *sold));
+        .map_or((0, 0), |s| (s.config.stock, s.sold));
     let loaded = obs.observed.redis.metas.iter().any(Option::is_some);
     let remaining = if loaded {
         obs.observed.redis.remaining()
@@ -212,9 +220,27 @@ async fn write_status(
     let now = Utc::now();
     let previous = fs.status.clone().unwrap_or_default();
     let stock = stock_status(obs);
-    let degraded = if let Some(why) = &applied.warm_mismatch {
+    let degraded = if let Some(since) = obs.observed.life.lost_since {
+        Some((
+            "RedisStateLost",
+            format!(
+                "Redis lost the sale's state at {}: purchases are refused until it is reloaded from the database, once its orders are drained",
+                since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+        ))
+    } else if decided
+        .actions
+        .contains(&crate::plan::Action::FenceLostState)
+    {
+        Some((
+            "RedisStateLost",
+            "Redis lost the sale's state: purchases are refused until it is reloaded".to_string(),
+        ))
+    } else if let Some(why) = &applied.warm_mismatch {
         Some(("WarmVerifyFailed", why.clone()))
-    } else if let Some(Refused::StockBelowSold { asked, sold }) = &decided.refused {
+    } else if let Some(Refused::StockBelowSold { asked, sold }) =
+        applied.refused.as_ref().or(decided.refused.as_ref())
+    {
         Some((
             "StockBelowSold",
             format!(
@@ -346,6 +372,9 @@ async fn publish(
 
 /// How long a deleted sale waits for its orders to drain before its topics go.
 const DRAIN_ON_DELETE: Duration = Duration::from_secs(300);
+/// Longer than the API's produce timeout: after the pause, no purchase can
+/// still add an order to the topic.
+const PRODUCE_GRACE: Duration = Duration::from_secs(5);
 
 /// On delete: stop intake, let the orders drain (bounded), then remove the
 /// sale's Redis state and topics and mark its row deleted. Orders stay.
@@ -380,18 +409,31 @@ async fn cleanup_deleted(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeu
         Ok(reader) => reader.read(&orders).await.map(|l| l.total()).unwrap_or(0),
         Err(_) => 0,
     };
-    if lag > 0 && deleted_for < DRAIN_ON_DELETE {
+    // A purchase that passed the script just before the pause may still be
+    // producing (at most the API's produce timeout): its order must be
+    // counted in the lag before the lag can say "drained".
+    let in_flight = loaded > 0 && deleted_for < PRODUCE_GRACE;
+    if (lag > 0 || in_flight) && deleted_for < DRAIN_ON_DELETE {
         publish(
             &ctx,
             &fs,
             EventType::Normal,
             "WaitingForDrain",
             "Delete",
-            format!("{lag} orders still in the topic"),
+            if lag > 0 {
+                format!("{lag} orders still in the topic")
+            } else {
+                "purchases are paused; waiting for the last ones to reach the topic".into()
+            },
         )
         .await;
         return Err(Error::Waiting("the sale's orders to drain"));
     }
+    // Drained for good: consumers serving a whole namespace (the local loop's)
+    // stop for this sale, and the ones of its Deployment go next.
+    sales::mark_drained(&ctx.db, config.id)
+        .await
+        .map_err(|e| failed(&e))?;
     // The consumers must leave the group before it can go.
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &sale.namespace);
     let consumers = consumers_name(&sale.name);
@@ -415,6 +457,10 @@ async fn cleanup_deleted(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeu
         }
         other => other.map_err(|e| failed(&e))?,
     }
+    // Removed on purpose: no loss to recover.
+    sales::mark_closed(&ctx.db, config.id)
+        .await
+        .map_err(|e| failed(&e))?;
     ctx.store
         .delete(sale, config.shards)
         .await

@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 #[x_kube(validation = Rule::new("self.window.end > self.window.start").message("window.end must be after window.start"))]
 #[x_kube(validation = Rule::new("self.consumers.minReplicas <= self.consumers.maxReplicas").message("consumers.minReplicas must not exceed consumers.maxReplicas"))]
 #[x_kube(validation = Rule::new("!has(self.consumers.maxLag) || self.consumers.maxLag >= self.consumers.lagPerReplica").message("consumers.maxLag must be at least consumers.lagPerReplica"))]
+#[x_kube(validation = Rule::new("duration(self.payment.timeout) <= duration(self.cleanup.after)").message("payment.timeout must not exceed cleanup.after: unpaid orders are cancelled by the sale's consumers, which are removed at cleanup"))]
 #[serde(rename_all = "camelCase")]
 pub struct FlashSaleSpec {
     /// The product sold. Immutable.

@@ -14,3 +14,4 @@ pub mod observe;
 pub mod plan;
 pub mod resources;
 pub mod scaling;
+pub mod warm;

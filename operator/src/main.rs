@@ -14,7 +14,7 @@ use flashsale_operator::controller;
 use flashsale_operator::crd::FlashSale;
 use flashsale_operator::metrics::Metrics;
 use flashsale_operator::resources::WorkloadSettings;
-use flashsale_workload::bus::admin::Admin;
+use flashsale_workload::bus::admin::{Admin, TopicDurability};
 use flashsale_workload::redis::store::SaleStore;
 use flashsale_workload::redis::{RedisConn, RedisTarget};
 use kube::api::ListParams;
@@ -67,6 +67,13 @@ struct Args {
     /// Consumer memory limit.
     #[arg(long, env = "FLASHSALE_CONSUMER_MEMORY_LIMIT", default_value = "256Mi")]
     consumer_memory_limit: String,
+    /// Replicas of each partition of a sale's topics (3 in production; 1 on
+    /// a single broker).
+    #[arg(long, env = "FLASHSALE_TOPIC_REPLICATION_FACTOR", default_value_t = 1)]
+    topic_replication_factor: i32,
+    /// The topics' min.insync.replicas (2 with 3 replicas in production).
+    #[arg(long, env = "FLASHSALE_TOPIC_MIN_INSYNC_REPLICAS", default_value_t = 1)]
+    topic_min_insync_replicas: i32,
     /// Reservations younger than this are never touched by reconciliation.
     #[arg(long, env = "FLASHSALE_RESERVATION_MIN_AGE", default_value = "30s")]
     reservation_min_age: String,
@@ -181,7 +188,10 @@ async fn main() -> anyhow::Result<()> {
         client: client.clone(),
         db,
         store: SaleStore::new(redis),
-        admin: Admin::new(&args.kafka)?,
+        admin: Admin::new(&args.kafka)?.with_durability(TopicDurability {
+            replication_factor: args.topic_replication_factor,
+            min_insync_replicas: args.topic_min_insync_replicas,
+        }),
         bootstrap: args.kafka.clone(),
         recorder: Recorder::new(
             client.clone(),

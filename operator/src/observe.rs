@@ -8,8 +8,9 @@ use chrono::Utc;
 use flashsale_workload::bus::lag::LagReader;
 use flashsale_workload::bus::topics;
 use flashsale_workload::domain::sale::SaleConfig;
+use flashsale_workload::domain::stock::parse_shrink_id;
 use flashsale_workload::orders::reconciliation::{RunSummary, latest_run};
-use flashsale_workload::orders::sales;
+use flashsale_workload::orders::sales::{self, StoredSale};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use kube::Api;
@@ -57,8 +58,8 @@ pub struct Observation {
     pub observed: Observed,
     /// The sale as configured by its spec (stock and generation from the row, if any).
     pub config: SaleConfig,
-    /// The row as stored, and the units persisted.
-    pub stored: Option<(SaleConfig, i64)>,
+    /// The row as stored.
+    pub stored: Option<StoredSale>,
     /// The consumer Deployment.
     pub deployment: Option<DeploymentFacts>,
     /// Partitions of the order topic (0 until created).
@@ -106,16 +107,18 @@ pub async fn observe(ctx: &Context, fs: &FlashSale) -> Result<Observation, Obser
     let spec_config = sale_config(fs, i64::from(fs.spec.stock), 1)?;
     let stored = sales::find_by_id(&ctx.db, spec_config.id).await?;
     let config = match &stored {
-        Some((row, _)) => SaleConfig {
+        Some(stored) => SaleConfig {
             stock: i64::from(fs.spec.stock),
-            generation: row.generation,
+            generation: stored.config.generation,
             ..spec_config
         },
         None => spec_config,
     };
-    let row = stored.as_ref().map(|(row, sold)| RowFacts {
+    let life = stored.as_ref().map(|s| s.life).unwrap_or_default();
+    let row = stored.as_ref().map(|stored| (&stored.config, stored.sold));
+    let row = row.map(|(row, sold)| RowFacts {
         stock: row.stock,
-        sold: *sold,
+        sold,
         generation: row.generation,
         matches_spec: row.sku == config.sku
             && row.start == config.start
@@ -128,11 +131,23 @@ pub async fn observe(ctx: &Context, fs: &FlashSale) -> Result<Observation, Obser
     let (orders, dlq) = (topics::orders_topic(sale), topics::dead_letter_topic(sale));
     let partitions = ctx.admin.partitions(&[&orders, &dlq]).await?;
     let redis = ctx.store.loaded(sale, config.shards).await?;
+    let pending_shrinks = match redis.generation {
+        Some(applied) if redis.warmed() => ctx
+            .store
+            .pending_shrinks(sale, config.shards, applied)
+            .await?
+            .into_iter()
+            .filter_map(|(id, units)| Some((parse_shrink_id(&id)?, units)))
+            .collect(),
+        _ => Vec::new(),
+    };
     let uid = config.id.to_string();
     // Orders exist only while Redis holds the sale (purchases need its
-    // metadata): a scheduled or cleaned-up sale has no lag and keeps no
-    // Kafka client (each costs threads and memory).
-    let loaded = redis.metas.iter().any(Option::is_some);
+    // metadata) or held it until it was lost: a scheduled or cleaned-up sale
+    // has no lag and keeps no Kafka client (each costs threads and memory).
+    let loaded = redis.metas.iter().any(Option::is_some)
+        || life.lost_since.is_some()
+        || (life.opened && !stored.as_ref().is_some_and(|s| s.drained));
     let lag = if !loaded {
         ctx.forget_lag_reader(&uid);
         Some(0)
@@ -202,6 +217,8 @@ pub async fn observe(ctx: &Context, fs: &FlashSale) -> Result<Observation, Obser
             row,
             topics_ready: partitions > 0,
             redis,
+            life,
+            pending_shrinks,
             lag,
             final_job,
             cleanup_job,

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use flashsale_workload::domain::sale::{LoadedSale, SaleMeta};
+use flashsale_workload::domain::sale::{LoadedSale, RedisLife, SaleMeta};
 
 use crate::crd::SaleState;
 
@@ -60,6 +60,11 @@ pub struct Observed {
     pub topics_ready: bool,
     /// What Redis holds.
     pub redis: LoadedSale,
+    /// What the database knows of the sale's Redis state.
+    pub life: RedisLife,
+    /// Units out of the shards for shrinks not recorded yet, by shrink
+    /// (generation, target stock): an interrupted or replaced shrink.
+    pub pending_shrinks: Vec<((i64, i64), i64)>,
     /// The consumer group's lag, when readable.
     pub lag: Option<i64>,
     /// The final reconciliation Job.
@@ -109,8 +114,35 @@ pub enum Action {
     EnsureTopics,
     /// Load Redis from the database, verify, open.
     Warm,
-    /// Apply the row's stock generation to Redis.
+    /// Apply the row's raised stock (its generation) to Redis.
     Restock,
+    /// Shrink a warmed sale: units out of Redis first, then the row.
+    Shrink {
+        /// The new stock.
+        to: i64,
+        /// Its generation.
+        generation: i64,
+    },
+    /// Give back the units of a shrink that is no longer wanted.
+    UndoShrink {
+        /// Its generation.
+        generation: i64,
+        /// Its target stock.
+        to: i64,
+    },
+    /// Redis lost the sale's state: fence it (purchases stop) and record it.
+    FenceLostState,
+    /// The lost state's orders are drained: replace its incarnation, so
+    /// warm-up reloads it from the database.
+    BeginRecovery,
+    /// Bring the row to the stock Redis recorded (a shrink whose row write
+    /// was interrupted).
+    RecordRowStock {
+        /// The stock.
+        stock: i64,
+        /// Its generation.
+        generation: i64,
+    },
     /// Write the metadata (kill switch, backpressure, window, limit) to every shard.
     WriteMeta(SaleMeta),
     /// Server-side apply the consumer Deployment with this many replicas.
@@ -152,18 +184,79 @@ pub struct Plan {
     pub replicas: i32,
 }
 
-/// Units accepted so far: what Redis handed out (once warmed), else what the
-/// database persisted.
+/// Units accepted so far: what Redis handed out (once warmed: its recorded
+/// total, less what the shards hold and what an unrecorded shrink took out),
+/// else what the database persisted.
 pub fn accepted_units(observed: &Observed) -> i64 {
     match (
         observed.redis.warmed(),
         observed.redis.stock_total,
         &observed.row,
     ) {
-        (true, Some(total), _) => total - observed.redis.remaining(),
+        (true, Some(total), _) => {
+            let withdrawn: i64 = observed.pending_shrinks.iter().map(|(_, u)| u).sum();
+            total - observed.redis.remaining() - withdrawn
+        }
         (_, _, Some(row)) => row.sold,
         _ => 0,
     }
+}
+
+/// The stock to keep in the row, the stock steps and a refusal. Before the
+/// sale is warm the row alone holds the stock. Once warm, every change keeps
+/// Redis's sellable units within what the database allows: a restock raises
+/// the row first and Redis follows; a shrink takes units out of Redis first
+/// and the row follows. One change is finished before the next starts.
+fn stock_steps(wanted: i64, observed: &Observed) -> (Option<i64>, Vec<Action>, Option<Refused>) {
+    let Some(row) = observed.row else {
+        return (Some(wanted), Vec::new(), None);
+    };
+    let refuse = |sold| {
+        Some(Refused::StockBelowSold {
+            asked: wanted,
+            sold,
+        })
+    };
+    let loaded = observed.redis.metas.iter().any(Option::is_some);
+    if !observed.redis.warmed() {
+        return match () {
+            // A warm-up under way loads the row's stock: it waits.
+            () if loaded => (Some(row.stock), Vec::new(), None),
+            () if wanted < row.sold => (Some(row.stock), Vec::new(), refuse(row.sold)),
+            () => (Some(wanted), Vec::new(), None),
+        };
+    }
+    let mut actions = Vec::new();
+    let applied = observed.redis.generation.unwrap_or(row.generation);
+    if applied > row.generation {
+        let stock = observed.redis.stock_total.unwrap_or(row.stock);
+        actions.push(Action::RecordRowStock {
+            stock,
+            generation: applied,
+        });
+        return (Some(stock), actions, None);
+    }
+    if applied < row.generation {
+        // Restock: live_actions applies it.
+        return (Some(row.stock), actions, None);
+    }
+    let shrink = (wanted < row.stock).then_some((row.generation + 1, wanted));
+    let sold = accepted_units(observed);
+    let shrink = shrink.filter(|_| wanted >= sold);
+    for ((generation, to), _) in &observed.pending_shrinks {
+        if Some((*generation, *to)) != shrink {
+            actions.push(Action::UndoShrink {
+                generation: *generation,
+                to: *to,
+            });
+        }
+    }
+    match shrink {
+        Some((generation, to)) => actions.push(Action::Shrink { to, generation }),
+        None if wanted < row.stock => return (Some(row.stock), actions, refuse(sold)),
+        None => {}
+    }
+    (Some(wanted.max(row.stock)), actions, None)
 }
 
 const HEARTBEAT: Duration = Duration::from_secs(60);
@@ -176,24 +269,25 @@ pub fn plan(timeline: &Timeline, wanted: &Wanted, observed: &Observed) -> Plan {
     let mut wakes: Vec<DateTime<Utc>> = Vec::new();
     let after = |d: Duration| now + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
 
-    // The stock asked for, unless it would go below what is sold.
-    let sold = accepted_units(observed);
-    let (stock, refused) = match observed.row {
-        Some(row) if wanted.stock < sold => (
-            row.stock,
-            Some(Refused::StockBelowSold {
-                asked: wanted.stock,
-                sold,
-            }),
-        ),
-        _ => (wanted.stock, None),
+    let lost = observed.life.lost_since.is_some() || observed.life.lost_in(&observed.redis);
+    // Nothing is written on a lost state, the stock included: it is
+    // reloaded from the row once its orders drained.
+    let (stock, stock_actions, refused) = match observed.row {
+        Some(row) if lost => (Some(row.stock), Vec::new(), None),
+        _ => stock_steps(wanted.stock, observed),
     };
+    let stock = stock.unwrap_or(wanted.stock);
     let row_current = observed
         .row
         .is_some_and(|row| row.stock == stock && row.matches_spec);
-    if !row_current {
+    if !row_current
+        && !stock_actions
+            .iter()
+            .any(|a| matches!(a, Action::RecordRowStock { .. }))
+    {
         actions.push(Action::SyncSaleRow { stock });
     }
+    actions.extend(stock_actions);
     if !observed.topics_ready {
         actions.push(Action::EnsureTopics);
     }
@@ -201,6 +295,19 @@ pub fn plan(timeline: &Timeline, wanted: &Wanted, observed: &Observed) -> Plan {
     let warmed = observed.redis.warmed();
     let loaded_now = observed.redis.metas.iter().any(Option::is_some);
     let cleaned = observed.cleanup_job == Some(JobPhase::Succeeded) && !loaded_now;
+    if lost {
+        actions.extend(recovery_steps(observed, ready_to_warm));
+        actions.push(Action::ApplyConsumers {
+            replicas: wanted.replicas,
+        });
+        return Plan {
+            state: window_state(timeline, wanted, now),
+            actions,
+            wake_in: Duration::from_secs(1),
+            refused,
+            replicas: wanted.replicas,
+        };
+    }
 
     let state = if now < timeline.end {
         if !warmed {
@@ -318,6 +425,49 @@ pub fn plan(timeline: &Timeline, wanted: &Wanted, observed: &Observed) -> Plan {
     }
 }
 
+/// Longer than the API's produce timeout: once the sale is fenced, no
+/// purchase accepted before can still add an order to its topic.
+const RECOVERY_GRACE: Duration = Duration::from_secs(5);
+
+/// Steps while the sale's Redis state is lost: fence it; once every order
+/// accepted before the loss is persisted (the topic drained, and no
+/// purchase still producing), replace the incarnation; then warm-up reloads
+/// Redis from the database alone and reopens the sale. Each step is
+/// idempotent and survives an operator restart half-way.
+fn recovery_steps(observed: &Observed, ready_to_warm: bool) -> Vec<Action> {
+    let life = observed.life;
+    let Some(since) = life.lost_since else {
+        return vec![Action::FenceLostState];
+    };
+    if life.opened {
+        let fenced_for = (observed.now - since).to_std().unwrap_or_default();
+        let drained = observed.lag == Some(0) && fenced_for >= RECOVERY_GRACE;
+        return if drained {
+            vec![Action::BeginRecovery]
+        } else {
+            Vec::new()
+        };
+    }
+    if ready_to_warm {
+        vec![Action::Warm]
+    } else {
+        Vec::new()
+    }
+}
+
+/// The state the window gives a sale whose Redis state is being recovered.
+fn window_state(timeline: &Timeline, wanted: &Wanted, now: DateTime<Utc>) -> SaleState {
+    if now < timeline.start {
+        SaleState::Warming
+    } else if now >= timeline.end {
+        SaleState::Ended
+    } else if wanted.paused {
+        SaleState::Paused
+    } else {
+        SaleState::Live
+    }
+}
+
 /// Steps while Redis holds the sale: metadata in step with the spec, stock
 /// changes applied.
 fn live_actions(wanted: &Wanted, observed: &Observed, actions: &mut Vec<Action>) {
@@ -404,6 +554,7 @@ mod tests {
         LoadedSale {
             stocks: vec![remaining],
             metas: vec![Some(meta(false, false))],
+            incarnations: vec![Some(uuid::Uuid::nil().to_string())],
             stock_total: Some(100),
             generation: Some(1),
         }
@@ -413,6 +564,7 @@ mod tests {
         LoadedSale {
             stocks: vec![0],
             metas: vec![None],
+            incarnations: vec![None],
             stock_total: None,
             generation: None,
         }
@@ -427,6 +579,12 @@ mod tests {
                 warm_redis(60)
             } else {
                 cold_redis()
+            },
+            pending_shrinks: Vec::new(),
+            life: RedisLife {
+                incarnation: Some(uuid::Uuid::nil()),
+                opened: false,
+                lost_since: None,
             },
             lag: Some(0),
             final_job: None,
@@ -646,7 +804,76 @@ mod tests {
         );
         assert_eq!(
             (p.refused.clone(), steps(&p)),
-            (None, vec![Action::SyncSaleRow { stock: 40 }])
+            (
+                None,
+                vec![Action::Shrink {
+                    to: 40,
+                    generation: 2
+                }]
+            ),
+            "a shrink of a warm sale starts in Redis; the row follows"
+        );
+        // A shrink to 50 took 10 units out of Redis, then the spec asked 45:
+        // the first one is undone, the second one starts.
+        let half_way = Observed {
+            pending_shrinks: vec![((2, 50), 10)],
+            ..observed(START + 5)
+        };
+        let p = plan(
+            &timeline(),
+            &Wanted {
+                stock: 45,
+                ..wanted()
+            },
+            &half_way,
+        );
+        assert_eq!(
+            steps(&p),
+            vec![
+                Action::UndoShrink {
+                    generation: 2,
+                    to: 50
+                },
+                Action::Shrink {
+                    to: 45,
+                    generation: 2
+                }
+            ]
+        );
+        // The same shrink is resumed, not undone.
+        let p = plan(
+            &timeline(),
+            &Wanted {
+                stock: 50,
+                ..wanted()
+            },
+            &half_way,
+        );
+        assert_eq!(
+            steps(&p),
+            vec![Action::Shrink {
+                to: 50,
+                generation: 2
+            }]
+        );
+        // Redis recorded a shrink the row never got: the row catches up.
+        let mut recorded = observed(START + 5);
+        recorded.redis.stock_total = Some(50);
+        recorded.redis.generation = Some(2);
+        let p = plan(
+            &timeline(),
+            &Wanted {
+                stock: 50,
+                ..wanted()
+            },
+            &recorded,
+        );
+        assert_eq!(
+            steps(&p),
+            vec![Action::RecordRowStock {
+                stock: 50,
+                generation: 2
+            }]
         );
     }
 
@@ -811,5 +1038,86 @@ mod tests {
             ..observed(0)
         };
         assert_eq!(accepted_units(&cold), 7);
+    }
+
+    #[test]
+    fn a_lost_state_is_fenced_drained_then_reloaded() {
+        let mut live = observed(START + 5);
+        live.life.opened = true;
+        assert_eq!(plan(&timeline(), &wanted(), &live).state, SaleState::Live);
+        let run = |o: &Observed| {
+            let p = plan(&timeline(), &wanted(), o);
+            (p.state, steps(&p))
+        };
+        // Redis came back empty: fence, nothing else written.
+        let empty = Observed {
+            redis: cold_redis(),
+            ..live.clone()
+        };
+        assert_eq!(run(&empty), (SaleState::Live, vec![Action::FenceLostState]));
+        // Fenced 2 s ago: the orders accepted before may still be producing.
+        let fenced = Observed {
+            life: RedisLife {
+                lost_since: Some(t(START + 3)),
+                ..empty.life
+            },
+            ..empty.clone()
+        };
+        assert_eq!(run(&fenced), (SaleState::Live, vec![]));
+        // Orders in the topic: wait for the consumers.
+        let later = Observed {
+            now: t(START + 20),
+            lag: Some(40),
+            ..fenced.clone()
+        };
+        assert_eq!(run(&later), (SaleState::Live, vec![]));
+        // Drained: a new incarnation, then warm-up reloads it.
+        let drained = Observed {
+            lag: Some(0),
+            ..later
+        };
+        assert_eq!(
+            run(&drained),
+            (SaleState::Live, vec![Action::BeginRecovery])
+        );
+        let reloading = Observed {
+            life: RedisLife {
+                opened: false,
+                ..drained.life
+            },
+            ..drained
+        };
+        assert_eq!(run(&reloading), (SaleState::Live, vec![Action::Warm]));
+        // A failover that kept the metadata but dropped writes: a consumer
+        // fenced it and recorded the loss; a shrink asked meanwhile waits.
+        let failed_over = Observed {
+            life: RedisLife {
+                lost_since: Some(t(START + 4)),
+                ..live.life
+            },
+            ..live.clone()
+        };
+        let p = plan(
+            &timeline(),
+            &Wanted {
+                stock: 70,
+                ..wanted()
+            },
+            &failed_over,
+        );
+        assert_eq!(steps(&p), vec![], "no shrink, no metadata written");
+        // A sale cleaned up on purpose (opened cleared first) is no loss.
+        let cleaned = Observed {
+            now: t(CLEANUP_AT + 5),
+            redis: cold_redis(),
+            life: RedisLife {
+                opened: false,
+                ..live.life
+            },
+            cleanup_job: Some(JobPhase::Succeeded),
+            final_job: Some(JobPhase::Succeeded),
+            ..live
+        };
+        assert_eq!(run(&cleaned).0, SaleState::Completed);
     }
 }

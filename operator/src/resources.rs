@@ -263,7 +263,12 @@ pub fn job(fs: &FlashSale, settings: &WorkloadSettings, kind: JobKind) -> Job {
             vec!["job", "reconcile"],
             Some(3600),
         ),
-        JobKind::Final => ("reconcile", "final", vec!["job", "reconcile"], None),
+        JobKind::Final => (
+            "reconcile",
+            "final",
+            vec!["job", "reconcile", "--final"],
+            None,
+        ),
         JobKind::Cleanup => ("cleanup", "cleanup", vec!["job", "cleanup"], None),
     };
     let mut labels = labels(fs, component);
@@ -377,24 +382,34 @@ mod tests {
 
     #[test]
     fn jobs_have_stable_names_and_kinds() {
-        let cases = [
+        let cases: [(JobKind, &str, &str, &[&str]); 3] = [
             (
                 JobKind::Periodic(3),
                 "drop-reconcile-3",
                 "periodic",
-                "reconcile",
+                &["job", "reconcile"],
             ),
-            (JobKind::Final, "drop-final-reconcile", "final", "reconcile"),
-            (JobKind::Cleanup, "drop-cleanup", "cleanup", "cleanup"),
+            (
+                JobKind::Final,
+                "drop-final-reconcile",
+                "final",
+                &["job", "reconcile", "--final"],
+            ),
+            (
+                JobKind::Cleanup,
+                "drop-cleanup",
+                "cleanup",
+                &["job", "cleanup"],
+            ),
         ];
-        for (kind, name, label, subcommand) in cases {
+        for (kind, name, label, command) in cases {
             let j = job(&sale(), &settings(), kind);
             assert_eq!(j.metadata.name.as_deref(), Some(name));
             assert_eq!(j.metadata.labels.as_ref().unwrap()[JOB_KIND_LABEL], label);
             let pod = j.spec.unwrap().template.spec.unwrap();
             assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
             let args = pod.containers[0].args.clone().unwrap();
-            assert_eq!(args, vec!["job".to_string(), subcommand.to_string()]);
+            assert_eq!(args, command);
             let env = pod.containers[0].env.clone().unwrap();
             assert!(
                 env.iter()

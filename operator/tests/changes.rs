@@ -1,6 +1,7 @@
 //! Changes while a sale lives, and its deletion: restock adds purchasable
-//! stock, a shrink below what is sold is refused with a condition, deleting
-//! removes the Redis state and topics and keeps the orders.
+//! stock, a shrink never lets Redis sell more than the new stock (and one
+//! below what is sold is refused with a condition), deleting removes the
+//! Redis state and topics and keeps the orders.
 
 mod common;
 
@@ -45,6 +46,19 @@ async fn live_sale(
     String,
     common::Operator,
 ) {
+    live_sale_over(name, stock, 2).await
+}
+
+async fn live_sale_over(
+    name: &str,
+    stock: i64,
+    shards: u32,
+) -> (
+    Api<FlashSale>,
+    common::TestNamespace,
+    String,
+    common::Operator,
+) {
     let client = common::client().await;
     common::install_crd(&client).await;
     let ns = common::namespace(&client).await;
@@ -53,7 +67,7 @@ async fn live_sale(
     let sales: Api<FlashSale> = Api::namespaced(client, &ns);
     let mut manifest = common::manifest(name, &ns, 2, 600);
     manifest["spec"]["stock"] = serde_json::json!(stock);
-    manifest["spec"]["sharding"] = serde_json::json!({"shards": 2});
+    manifest["spec"]["sharding"] = serde_json::json!({ "shards": shards });
     manifest["spec"]["purchaseLimit"] = serde_json::json!(100);
     manifest["spec"]["warmup"] = serde_json::json!({"leadTime": "1s"});
     common::create_live(&sales, manifest).await;
@@ -198,4 +212,127 @@ async fn delete_removes_redis_state_and_topics_and_keeps_orders() {
         .await
         .unwrap();
     assert!(deleted);
+}
+
+fn total_stock(fs: &FlashSale) -> Option<i64> {
+    Some(fs.status.as_ref()?.stock.as_ref()?.total)
+}
+
+/// A shrink of a sharded sale takes the units out of every shard, Redis
+/// first: 100 units over 4 shards, 20 sold from shard 0, shrunk to 30 —
+/// exactly 10 more sell, whichever shards the shoppers buy from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shrink_of_a_sharded_sale_never_oversells() {
+    let (sales, ns, db_url, _operator) = live_sale_over("shrink", 100, 4).await;
+    let sale = SaleRef::new(&ns, "shrink").unwrap();
+    let store = store().await;
+    let home0 = (0..)
+        .map(|i| format!("early-{i}"))
+        .find(|s| flashsale_workload::domain::shard::home_shard(s, 4) == 0)
+        .unwrap();
+    let id = uuid::Uuid::now_v7().to_string();
+    let decision = store
+        .purchase(&sale, 0, &home0, 20, &id, None)
+        .await
+        .unwrap();
+    assert!(
+        matches!(decision, ShardDecision::Accepted { .. }),
+        "{decision:?}"
+    );
+
+    set_stock(&sales, "shrink", 30).await;
+    common::wait_for(Duration::from_secs(10), "the shrink to apply", || async {
+        (total_stock(&sales.get("shrink").await.ok()?)? == 30).then_some(())
+    })
+    .await;
+    assert_eq!(
+        store
+            .shard_stocks(&sale, 4)
+            .await
+            .unwrap()
+            .iter()
+            .sum::<i64>(),
+        10
+    );
+    let api = common::ApiProcess::start(&ns, &db_url).await;
+    let mut accepted = 0;
+    for i in 0..40 {
+        let (status, code) = api.buy("shrink", &format!("late-{i}")).await;
+        match status {
+            202 => accepted += 1,
+            _ => assert_eq!(code, "SOLD_OUT", "shopper {i}"),
+        }
+    }
+    assert_eq!(accepted, 10, "202s after the shrink: 30 - 20 sold");
+}
+
+/// A merchant shrinks a sale in the middle of a storm: the 202s never exceed
+/// the stock, no order fails because of the shrink, and the database agrees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shrink_during_a_storm_keeps_every_promise() {
+    let (sales, ns, db_url, _operator) = live_sale_over("storm", 300, 4).await;
+    let api = std::sync::Arc::new(common::ApiProcess::start(&ns, &db_url).await);
+    let storm: Vec<_> = (0..600)
+        .map(|i| {
+            let api = api.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(i * 5)).await;
+                api.buy("storm", &format!("shopper-{i}")).await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    set_stock(&sales, "storm", 200).await;
+    let mut accepted = 0;
+    for answer in storm {
+        let (status, code) = answer.await.unwrap();
+        match status {
+            202 => accepted += 1,
+            _ => assert!(
+                ["SOLD_OUT", "BUSY"].contains(&code.as_str()),
+                "{status} {code}"
+            ),
+        }
+    }
+    let fs = common::wait_for(Duration::from_secs(20), "the shrink to settle", || async {
+        let fs = sales.get("storm").await.ok()?;
+        let total = total_stock(&fs)?;
+        (total == 200 || condition(&fs, "Degraded")?.1 == "StockBelowSold").then_some(fs)
+    })
+    .await;
+    let total = total_stock(&fs).unwrap();
+    println!("storm: {accepted} accepted, stock {total} after the shrink to 200");
+    assert!(accepted <= total, "{accepted} 202s for a stock of {total}");
+    // The consumer pods persist every accepted order, none FAILED.
+    let db = flashsale_workload::orders::connect(&db_url, 1)
+        .await
+        .unwrap();
+    common::wait_for(Duration::from_secs(60), "every order persisted", || async {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
+            .fetch_one(&db)
+            .await
+            .ok()?;
+        (n == accepted).then_some(())
+    })
+    .await;
+    let (failed, sold, stock): (i64, i32, i32) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM orders WHERE status = 'FAILED'), sold, stock FROM sales",
+    )
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    assert_eq!(failed, 0, "no order failed because of the shrink");
+    assert_eq!((i64::from(sold), i64::from(stock)), (accepted, total));
+    let store = store().await;
+    let sale = SaleRef::new(&ns, "storm").unwrap();
+    assert_eq!(
+        store
+            .shard_stocks(&sale, 4)
+            .await
+            .unwrap()
+            .iter()
+            .sum::<i64>(),
+        total - accepted,
+        "Redis and the database agree on what is left"
+    );
 }

@@ -136,6 +136,11 @@ async fn invalid_manifests_are_refused_with_the_field_named() {
             "spec.sharding.shards",
         ),
         (
+            "payment timeout beyond the cleanup",
+            with(base.clone(), "spec.payment.timeout", json!("45m")),
+            "payment.timeout must not exceed cleanup.after",
+        ),
+        (
             "lead time unparseable",
             with(base.clone(), "spec.warmup.leadTime", json!("soon")),
             "spec.warmup.leadTime",

@@ -40,7 +40,7 @@ impl StateWatch {
                 if let std::collections::btree_map::Entry::Vacant(first) = self.seen.entry(name) {
                     first.insert(Utc::now());
                     self.tables
-                        .push(common::kubectl(&["get", "fs", "-n", &self.ns]));
+                        .push(stack::kubectl(&["get", "fs", "-n", &self.ns]));
                 }
                 if state == target {
                     return;
@@ -68,6 +68,7 @@ async fn a_sale_runs_from_warm_up_to_completed() {
     let mut manifest = common::manifest("drop", &ns, 20, 25);
     manifest["spec"]["warmup"] = serde_json::json!({"leadTime": "10s"});
     manifest["spec"]["cleanup"] = serde_json::json!({"after": "2s"});
+    manifest["spec"]["payment"] = serde_json::json!({"timeout": "2s"});
     manifest["spec"]["reconcile"] = serde_json::json!({"interval": "10s"});
     manifest["spec"]["consumers"] = serde_json::json!({"minReplicas": 1, "maxReplicas": 2});
     let fs: FlashSale = serde_json::from_value(manifest).unwrap();

@@ -67,6 +67,7 @@ async fn produce(sale: &SaleRef, n: usize, mut on_sent: impl FnMut(usize)) {
         quantity: 1,
         shard: 0,
         accepted_at_ms: 0,
+        idempotency_key: None,
     }
     .to_payload();
     let mut sent = 0;

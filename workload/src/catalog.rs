@@ -11,7 +11,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::domain::sale::{SaleConfig, SaleMeta};
-use crate::orders::sales;
+use crate::orders::sales::{self, RedisLife};
 use crate::redis::store::SaleStore;
 
 /// One sale as the API sees it.
@@ -23,6 +23,9 @@ pub struct SaleView {
     pub meta: Option<SaleMeta>,
     /// Units left over all shards (Redis).
     pub remaining: i64,
+    /// What the database knows of the sale's Redis state: whether it was
+    /// opened, and whether it is lost (then purchases are refused at once).
+    pub life: RedisLife,
 }
 
 #[derive(Default)]
@@ -104,10 +107,10 @@ impl Catalog {
     /// database failure keeps the previous snapshot; a Redis failure keeps a
     /// sale's previous Redis view.
     pub async fn refresh(&self) -> sqlx::Result<()> {
-        let configs = sales::list_current(&self.db, &self.namespace).await?;
+        let configs = sales::list_current_with_life(&self.db, &self.namespace).await?;
         let previous = self.read();
         let mut next = HashMap::with_capacity(configs.len());
-        for config in configs {
+        for (config, life) in configs {
             let redis_view = async {
                 let meta = self.store.meta(&config.sale, 0).await?;
                 let stocks = self.store.shard_stocks(&config.sale, config.shards).await?;
@@ -130,6 +133,7 @@ impl Catalog {
                     config,
                     meta,
                     remaining,
+                    life,
                 }),
             );
         }

@@ -10,6 +10,7 @@ pub mod catalog;
 pub mod consumer;
 pub mod domain;
 pub mod intake;
+pub mod janitor;
 pub mod jobs;
 pub mod load;
 pub mod metrics;

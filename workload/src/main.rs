@@ -66,7 +66,12 @@ enum Command {
 enum Job {
     /// Compare Redis, Kafka and PostgreSQL for a sale, repair drift toward the
     /// database, print a machine-readable report.
-    Reconcile,
+    Reconcile {
+        /// The reconciliation after the sale's end: wait for its orders to
+        /// drain, then repair until Redis and PostgreSQL agree (or fail).
+        #[arg(long = "final")]
+        after_end: bool,
+    },
     /// Once a sale's orders are drained: a last reconciliation, then delete
     /// the sale's Redis keys. Never deletes orders.
     Cleanup,
@@ -321,7 +326,12 @@ async fn run_job(args: JobArgs) -> anyhow::Result<()> {
         ..Policy::default()
     };
     let report = match args.job {
-        Job::Reconcile => serde_json::to_string(&jobs::reconcile(&ctx, &config, &policy).await?)?,
+        Job::Reconcile { after_end: false } => {
+            serde_json::to_string(&jobs::reconcile(&ctx, &config, &policy).await?)?
+        }
+        Job::Reconcile { after_end: true } => serde_json::to_string(
+            &jobs::final_reconcile(&ctx, &config, &policy, args.drain_timeout).await?,
+        )?,
         Job::Cleanup => serde_json::to_string(
             &jobs::cleanup(&ctx, &config, &policy, args.drain_timeout).await?,
         )?,

@@ -38,7 +38,10 @@ async fn live_sale(
     let namespace = stack::unique_name("ns");
     let config = create_sale(&db, &SaleSpec::live(&namespace, stock, shards, limit)).await;
     let store = store(&target).await;
-    store.warm(&config, 0, false).await.unwrap();
+    store
+        .warm(&config, 0, false, &config.id.to_string())
+        .await
+        .unwrap();
     let api = TestApi::start(ApiOptions::new(&namespace, target, &db)).await;
     api.wait_for_sale(&config.sale).await;
     (api, config, store)
@@ -54,7 +57,10 @@ async fn every_refusal_code_comes_from_a_real_request() {
     let minutes = chrono::Duration::minutes;
 
     let live = create_sale(&db, &SaleSpec::live(&namespace, 1, 2, 1)).await;
-    store.warm(&live, 0, false).await.unwrap();
+    store
+        .warm(&live, 0, false, &live.id.to_string())
+        .await
+        .unwrap();
     let cold = create_sale(&db, &SaleSpec::live(&namespace, 5, 1, 1)).await;
     let future = create_sale(
         &db,
@@ -65,7 +71,10 @@ async fn every_refusal_code_comes_from_a_real_request() {
         },
     )
     .await;
-    store.warm(&future, 0, false).await.unwrap();
+    store
+        .warm(&future, 0, false, &future.id.to_string())
+        .await
+        .unwrap();
     let past = create_sale(
         &db,
         &SaleSpec {
@@ -75,11 +84,20 @@ async fn every_refusal_code_comes_from_a_real_request() {
         },
     )
     .await;
-    store.warm(&past, 0, false).await.unwrap();
+    store
+        .warm(&past, 0, false, &past.id.to_string())
+        .await
+        .unwrap();
     let paused = create_sale(&db, &SaleSpec::live(&namespace, 5, 1, 1)).await;
-    store.warm(&paused, 0, true).await.unwrap();
+    store
+        .warm(&paused, 0, true, &paused.id.to_string())
+        .await
+        .unwrap();
     let busy = create_sale(&db, &SaleSpec::live(&namespace, 5, 1, 1)).await;
-    store.warm(&busy, 0, false).await.unwrap();
+    store
+        .warm(&busy, 0, false, &busy.id.to_string())
+        .await
+        .unwrap();
     store
         .write_meta(&busy.sale, busy.shards, &busy.meta(true, false, true))
         .await
@@ -171,7 +189,10 @@ async fn every_refusal_code_comes_from_a_real_request() {
     // UNAVAILABLE: Kafka unreachable; the reservation is given back.
     let before = remaining(&store, &busy).await;
     let open = create_sale(&db, &SaleSpec::live(&namespace, 3, 1, 1)).await;
-    store.warm(&open, 0, false).await.unwrap();
+    store
+        .warm(&open, 0, false, &open.id.to_string())
+        .await
+        .unwrap();
     let dead_kafka_api = TestApi::start(ApiOptions {
         kafka: "127.0.0.1:1".into(),
         produce_timeout: Duration::from_millis(500),

@@ -50,7 +50,10 @@ async fn broker_stopped_mid_storm_loses_nothing_and_invents_nothing() {
     let config = create_sale(&db, &SaleSpec::live(&namespace, 100_000, 4, 1_000_000)).await;
     let target = common::redis_node();
     let store = store(&target).await;
-    store.warm(&config, 0, false).await.unwrap();
+    store
+        .warm(&config, 0, false, &config.id.to_string())
+        .await
+        .unwrap();
     let api = Arc::new(
         TestApi::start(ApiOptions {
             produce_timeout: Duration::from_secs(1),

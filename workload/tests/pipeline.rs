@@ -42,7 +42,10 @@ async fn live(stock: i64, shards: u32, limit: i64, payment_timeout: Duration) ->
     let config = create_sale(&db, &spec).await;
     let target = common::redis_node();
     let store = store(&target).await;
-    store.warm(&config, 0, false).await.unwrap();
+    store
+        .warm(&config, 0, false, &config.id.to_string())
+        .await
+        .unwrap();
     let api = TestApi::start(ApiOptions::new(&namespace, target, &db)).await;
     api.wait_for_sale(&config.sale).await;
     Live {
@@ -210,6 +213,7 @@ async fn poison_messages_go_to_the_dead_letter_topic_and_units_come_back() {
         quantity: 1, // the reservation holds 3
         shard: 0,
         accepted_at_ms: 0,
+        idempotency_key: None,
     };
     let producer: FutureProducer = client_config(&stack::kafka_bootstrap()).create().unwrap();
     let topic = topics::orders_topic(sale);
@@ -285,7 +289,6 @@ async fn injected_drift_is_found_repaired_and_gone_on_the_next_run() {
     let policy = Policy {
         reservation_min_age_ms: 0,
         transfer_finish_age_ms: 0,
-        prune_age_ms: 3_600_000,
     };
     let clean = reconcile(&ctx(&live), &live.config, &policy).await.unwrap();
     assert_eq!(clean.drift_found, 0, "{:?}", clean.details);
@@ -309,7 +312,8 @@ async fn injected_drift_is_found_repaired_and_gone_on_the_next_run() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    // 3. a half-done transfer: taken out of one shard, never credited
+    // 3. a half-done transfer: taken out of one shard, never credited, and
+    // not in the donor's in-transit set either (the janitors finish those)
     let donor = (victim_shard + 1) % live.config.shards;
     let (taken, _) = live
         .store
@@ -317,6 +321,12 @@ async fn injected_drift_is_found_repaired_and_gone_on_the_next_run() {
         .await
         .unwrap();
     assert!(taken > 0);
+    let () = redis::cmd("ZREM")
+        .arg(keys(donor).in_transit)
+        .arg("t-half")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     // 4. a shard off by 7
     let () = redis::cmd("INCRBY")
         .arg(keys(donor).stock)

@@ -77,7 +77,7 @@ fn redis_benchmark(keys: &ShardKeys, requests: u64) -> anyhow::Result<RedisBasel
             "--csv",
             "EVALSHA",
             SCRIPTS.purchase.get_hash(),
-            "5",
+            "6",
         ])
         .args([
             &keys.meta,
@@ -85,6 +85,7 @@ fn redis_benchmark(keys: &ShardKeys, requests: u64) -> anyhow::Result<RedisBasel
             &keys.units,
             &keys.reservations,
             &keys.idempotency,
+            &keys.pending,
         ])
         .args(["shopper:__rand_int__", "1", "order:__rand_int__", ""])
         .output()?;

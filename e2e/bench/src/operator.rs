@@ -129,7 +129,7 @@ impl Cluster {
         let mut spec = serde_json::json!({
             "sku": "SKU-BENCH", "stock": 1_000_000, "purchaseLimit": 1000, "sharding": {"shards": 4},
             "window": {"start": at(start_in), "end": at(start_in + window)},
-            "warmup": {"leadTime": lead}, "cleanup": {"after": "10m"},
+            "warmup": {"leadTime": lead}, "cleanup": {"after": "10m"}, "payment": {"timeout": "10m"},
         });
         if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
             spec.extend(extra.clone());
@@ -170,10 +170,8 @@ impl Cluster {
         for fs in self.sales.list(&Default::default()).await?.items {
             let name = fs.metadata.name.clone().unwrap_or_default();
             let uid = fs.metadata.uid.clone().unwrap_or_default().parse()?;
-            if let Some((config, _)) =
-                flashsale_workload::orders::sales::find_by_id(&db, uid).await?
-            {
-                crate::sale::remove(&db, &store, &config).await?;
+            if let Some(stored) = flashsale_workload::orders::sales::find_by_id(&db, uid).await? {
+                crate::sale::remove(&db, &store, &stored.config).await?;
             }
             self.sales
                 .patch(

@@ -45,7 +45,9 @@ pub async fn live(
             12,
         )
         .await?;
-    store.warm(&config, 0, false).await?;
+    store
+        .warm(&config, 0, false, &config.id.to_string())
+        .await?;
     Ok(config)
 }
 

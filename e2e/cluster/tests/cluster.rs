@@ -47,25 +47,15 @@ struct Release(String);
 impl Drop for Release {
     fn drop(&mut self) {
         let ns = self.0.as_str();
-        let quiet = |args: &[&str]| {
-            let _ = Command::new(args[0])
-                .args(&args[1..])
-                .env("KUBECONFIG", stack::kubeconfig())
-                .env("PATH", stack::var("PATH"))
-                .output();
-        };
         // The sale first, while its operator still runs its finalizer.
-        quiet(&[
-            "kubectl",
-            "delete",
-            "fs",
-            "--all",
-            "-n",
-            ns,
-            "--timeout=120s",
-        ]);
-        quiet(&["helm", "uninstall", RELEASE, "-n", ns, "--wait"]);
-        quiet(&["kubectl", "delete", "namespace", ns, "--wait=false"]);
+        stack::kubectl(&["delete", "fs", "--all", "-n", ns, "--timeout=120s"]);
+        let _ = Command::new("helm")
+            .args(["uninstall", RELEASE, "-n", ns, "--wait"])
+            .env("KUBECONFIG", stack::kubeconfig())
+            .env("PATH", stack::var("PATH"))
+            .output();
+        // Whatever the operator did not finish must not keep the namespace.
+        stack::remove_namespace(ns);
     }
 }
 
@@ -107,6 +97,16 @@ async fn a_sale_on_the_cluster_survives_pod_kills_and_keeps_every_invariant() {
     let client = client().await;
     let ns = stack::unique_name("e2e");
     let _release = Release(ns.clone());
+    run("kubectl", &["create", "namespace", &ns]);
+    run(
+        "kubectl",
+        &[
+            "label",
+            "namespace",
+            &ns,
+            &format!("{}=true", stack::TEST_NAMESPACE_LABEL),
+        ],
+    );
     run(
         "kubectl",
         &[
@@ -129,7 +129,6 @@ async fn a_sale_on_the_cluster_survives_pod_kills_and_keeps_every_invariant() {
             &chart.to_string_lossy(),
             "-n",
             &ns,
-            "--create-namespace",
             "-f",
             &local_values.to_string_lossy(),
             "--set",
@@ -166,7 +165,7 @@ async fn a_sale_on_the_cluster_survives_pod_kills_and_keeps_every_invariant() {
         "spec": {
             "sku": "SKU-E2E", "stock": 5000, "purchaseLimit": 2, "sharding": {"shards": 4},
             "window": {"start": at(20), "end": at(80)},
-            "warmup": {"leadTime": "10s"}, "cleanup": {"after": "15s"},
+            "warmup": {"leadTime": "10s"}, "cleanup": {"after": "15s"}, "payment": {"timeout": "15s"},
             "consumers": {"minReplicas": 1, "maxReplicas": 4, "lagPerReplica": 10, "pollInterval": "1s", "scaleDownStabilization": "10s"},
         }
     }))

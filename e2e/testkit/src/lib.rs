@@ -109,6 +109,49 @@ pub async fn kube_client() -> kube::Client {
     kube::Client::try_from(config).unwrap_or_else(|e| panic!("no Kubernetes client ({e})"))
 }
 
+/// Runs the stack's kubectl and returns its standard output (empty when it
+/// failed: callers that care check what they asked for).
+pub fn kubectl(args: &[&str]) -> String {
+    std::process::Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig())
+        .env("PATH", var("PATH"))
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+/// The label on every namespace a test creates, so `make test` can tell its
+/// leftovers from a person's sales (`e2e/leftovers.sh`).
+pub const TEST_NAMESPACE_LABEL: &str = "flashsale.dev/test";
+
+/// Removes a test's namespace so that it never stays `Terminating`, whether
+/// the test's operator still runs or is gone: its sales are deleted first
+/// (from then on nothing can add a finalizer back), their finalizers are
+/// dropped, then the namespace goes. Blocking; for guards' `Drop`.
+pub fn remove_namespace(namespace: &str) {
+    kubectl(&[
+        "delete",
+        "flashsales",
+        "--all",
+        "-n",
+        namespace,
+        "--wait=false",
+    ]);
+    for sale in kubectl(&["get", "flashsales", "-n", namespace, "-o", "name"]).lines() {
+        kubectl(&[
+            "patch",
+            sale,
+            "-n",
+            namespace,
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ]);
+    }
+    kubectl(&["delete", "namespace", namespace, "--wait=false"]);
+}
+
 /// A name no other test run uses, for topics, databases, sales and namespaces:
 /// `prefix-<pid>-<counter>` in lower case.
 pub fn unique_name(prefix: &str) -> String {

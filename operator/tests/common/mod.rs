@@ -68,41 +68,21 @@ impl std::fmt::Display for TestNamespace {
     }
 }
 
-/// Runs the stack's kubectl; returns its standard output.
-pub fn kubectl(args: &[&str]) -> String {
-    Command::new("kubectl")
-        .args(args)
-        .env("KUBECONFIG", stack::kubeconfig())
-        .env("PATH", stack::var("PATH"))
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default()
-}
-
 impl Drop for TestNamespace {
     fn drop(&mut self) {
-        // The test's operator may be gone: drop the finalizers so the
-        // namespace, and the pods its sales left running, can go.
-        for fs in kubectl(&["get", "flashsales", "-n", &self.0, "-o", "name"]).lines() {
-            kubectl(&[
-                "patch",
-                fs,
-                "-n",
-                &self.0,
-                "--type=merge",
-                "-p",
-                r#"{"metadata":{"finalizers":null}}"#,
-            ]);
-        }
-        kubectl(&["delete", "namespace", &self.0, "--wait=false"]);
+        // Runs on panics too, and whether or not the test's operator is
+        // still there to run its finalizer.
+        stack::remove_namespace(&self.0);
     }
 }
 
-/// A new namespace for one test.
+/// A new namespace for one test, labelled as a test's.
 pub async fn namespace(client: &Client) -> TestNamespace {
     let name = stack::unique_name("t");
-    let ns: Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    let ns: Namespace = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {stack::TEST_NAMESPACE_LABEL: "true"}}
+    }))
+    .unwrap();
     Api::<Namespace>::all(client.clone())
         .create(&PostParams::default(), &ns)
         .await
@@ -155,7 +135,14 @@ pub struct Operator {
 impl Operator {
     /// Starts an operator watching `namespace`, leading through `lease`.
     pub fn start(namespace: &str, database_url: &str, lease: &str, identity: &str) -> Self {
-        Self::spawn(namespace, database_url, lease, identity, TEST_IMAGE)
+        Self::spawn(
+            namespace,
+            database_url,
+            lease,
+            identity,
+            TEST_IMAGE,
+            &stack::redis_url(),
+        )
     }
 
     /// Starts an operator whose sale pods run `image`.
@@ -171,6 +158,20 @@ impl Operator {
             "flashsale-operator",
             identity,
             image,
+            &stack::redis_url(),
+        )
+    }
+
+    /// Starts an operator whose sales live in the Redis at `redis` (a
+    /// `redis://` node or a `redis-cluster://` seed list).
+    pub fn start_on(namespace: &str, database_url: &str, identity: &str, redis: &str) -> Self {
+        Self::spawn(
+            namespace,
+            database_url,
+            "flashsale-operator",
+            identity,
+            TEST_IMAGE,
+            redis,
         )
     }
 
@@ -180,6 +181,7 @@ impl Operator {
         lease: &str,
         identity: &str,
         image: &str,
+        redis: &str,
     ) -> Self {
         let child = Command::new(env!("CARGO_BIN_EXE_flashsale-operator"))
             .args([
@@ -199,10 +201,10 @@ impl Operator {
             ])
             .args(["--lease-seconds", "6"])
             .env("KUBECONFIG", stack::kubeconfig())
-            .env("FLASHSALE_REDIS", stack::redis_url())
+            .env("FLASHSALE_REDIS", redis)
             .env("DATABASE_URL", database_url)
             .env("KAFKA_BOOTSTRAP", stack::kafka_bootstrap())
-            .env("FLASHSALE_POD_REDIS", pod_url(&stack::redis_url()))
+            .env("FLASHSALE_POD_REDIS", pod_url(redis))
             .env("FLASHSALE_POD_DATABASE_URL", pod_url(database_url))
             .env("FLASHSALE_POD_KAFKA", "198.18.0.1:19094")
             .env("FLASHSALE_WORKLOAD_IMAGE", image)
@@ -267,6 +269,32 @@ pub async fn create_live(sales: &Api<FlashSale>, manifest: serde_json::Value) {
     .await;
 }
 
+/// The local loop's consumer (`flashsale consumer --all-sales`), run as a
+/// process for every sale of `namespace`; killed on drop.
+pub struct HostConsumers(Child);
+
+impl HostConsumers {
+    /// Starts consuming every sale of `namespace` that needs it.
+    pub fn start(namespace: &str, database_url: &str) -> Self {
+        let child = Command::new(bin("flashsale"))
+            .args(["consumer", "--all-sales", "--namespace", namespace])
+            .env("FLASHSALE_REDIS", stack::redis_url())
+            .env("DATABASE_URL", database_url)
+            .env("KAFKA_BOOTSTRAP", stack::kafka_bootstrap())
+            .env("RUST_LOG", "info")
+            .spawn()
+            .expect("the flashsale binary starts");
+        Self(child)
+    }
+}
+
+impl Drop for HostConsumers {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The shopper API (`flashsale api`), run as a process for `namespace`.
 pub struct ApiProcess {
     child: Child,
@@ -277,6 +305,11 @@ pub struct ApiProcess {
 impl ApiProcess {
     /// Starts the API with the development identity header on.
     pub async fn start(namespace: &str, database_url: &str) -> Self {
+        Self::start_on(namespace, database_url, &stack::redis_url()).await
+    }
+
+    /// The same, for sales in the Redis at `redis`.
+    pub async fn start_on(namespace: &str, database_url: &str, redis: &str) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -291,7 +324,7 @@ impl ApiProcess {
                 "--listen",
                 &format!("127.0.0.1:{port}"),
             ])
-            .env("FLASHSALE_REDIS", stack::redis_url())
+            .env("FLASHSALE_REDIS", redis)
             .env("DATABASE_URL", database_url)
             .env("KAFKA_BOOTSTRAP", stack::kafka_bootstrap())
             .env("RUST_LOG", "warn")
@@ -312,13 +345,24 @@ impl ApiProcess {
 
     /// Buys one unit as `shopper`: (status, code or order id).
     pub async fn buy(&self, sale: &str, shopper: &str) -> (u16, String) {
-        let response = reqwest::Client::new()
+        self.buy_with_key(sale, shopper, None).await
+    }
+
+    /// Buys one unit as `shopper` with an `Idempotency-Key`, if given.
+    pub async fn buy_with_key(
+        &self,
+        sale: &str,
+        shopper: &str,
+        key: Option<&str>,
+    ) -> (u16, String) {
+        let mut request = reqwest::Client::new()
             .post(format!("{}/v1/sales/{sale}/orders", self.url))
             .header("x-user-id", shopper)
-            .json(&serde_json::json!({"quantity": 1}))
-            .send()
-            .await
-            .unwrap();
+            .json(&serde_json::json!({"quantity": 1}));
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
+        let response = request.send().await.unwrap();
         let status = response.status().as_u16();
         let body: serde_json::Value = response.json().await.unwrap_or_default();
         let detail = body["code"]

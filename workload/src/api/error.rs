@@ -140,6 +140,9 @@ impl From<Refusal> for ApiError {
             Refusal::Unavailable => {
                 Self::unavailable("the sale's store is unreachable; nothing was reserved")
             }
+            Refusal::StateLost => Self::unavailable(
+                "the sale's working state is being recovered; nothing was reserved",
+            ),
         }
     }
 }
@@ -175,6 +178,7 @@ mod tests {
             (Refusal::LimitExceeded, 409, "LIMIT_EXCEEDED", false),
             (Refusal::Busy, 503, "BUSY", true),
             (Refusal::Unavailable, 503, "UNAVAILABLE", true),
+            (Refusal::StateLost, 503, "UNAVAILABLE", true),
         ];
         for (refusal, status, code, retry_after) in cases {
             let response = ApiError::from(refusal).into_response();

@@ -13,10 +13,10 @@ use uuid::Uuid;
 
 use super::error::{ApiError, ErrorBody};
 use super::{AppState, ClientIp};
-use crate::consumer::return_to_redis;
 use crate::domain::order::{OrderEvent, OrderStatus};
 use crate::domain::purchase::ReservationState;
 use crate::domain::shard::home_shard;
+use crate::janitor::return_to_redis;
 use crate::orders::order::{self as order_rows, EventOutcome};
 
 /// Most units one request may ask for, whatever the sale's limit.
@@ -142,12 +142,20 @@ pub async fn purchase(
             .catalog
             .get(&name)
             .ok_or_else(|| ApiError::not_found(format!("no sale named {name:?}")))?;
-        Ok::<_, ApiError>(
-            state
-                .intake
-                .purchase(&state.catalog, &view, &shopper, quantity, key.as_deref())
-                .await?,
-        )
+        // Its own task: a shopper who hangs up must not stop a purchase
+        // half-way (units taken from a donor shard, or reserved, and left so).
+        let (intake, catalog) = (state.intake.clone(), state.catalog.clone());
+        let decided = tokio::spawn(async move {
+            intake
+                .purchase(&catalog, &view, &shopper, quantity, key.as_deref())
+                .await
+        })
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "purchase task failed");
+            ApiError::internal()
+        })?;
+        Ok::<_, ApiError>(decided?)
     }
     .await;
     match outcome {
@@ -284,7 +292,7 @@ async fn change(
         })?;
     match outcome {
         EventOutcome::Changed { returned, .. } => {
-            return_to_redis(state.intake.store(), returned.as_slice()).await;
+            return_to_redis(&state.db, state.intake.store(), returned.as_slice()).await;
         }
         EventOutcome::AlreadyDone(_) => {}
         EventOutcome::Illegal(status) => return Err(refused(status)),
@@ -367,6 +375,21 @@ pub async fn find_order(
             updated_at: created,
             failure_reason,
         }));
+    }
+    // Accepted during a sale whose Redis state was lost, not persisted yet:
+    // it may be on its way; never tell its shopper it does not exist.
+    let minted_ms = order_id.get_timestamp().map(|t| {
+        let (secs, nanos) = t.to_unix();
+        secs as i64 * 1000 + i64::from(nanos / 1_000_000)
+    });
+    let recovering = state.catalog.all().into_iter().any(|view| {
+        let lost = view.life.lost_since.is_some() || (view.life.opened && view.meta.is_none());
+        lost && minted_ms.is_some_and(|ms| ms >= view.config.start.timestamp_millis())
+    });
+    if recovering {
+        return Err(ApiError::unavailable(
+            "orders of a sale being recovered are not all visible yet; look again in a few seconds",
+        ));
     }
     Ok(None)
 }

@@ -13,6 +13,7 @@ use super::{AppState, router};
 use crate::bus::producer::{OrderProducer, ProducerSettings};
 use crate::catalog::Catalog;
 use crate::intake::Intake;
+use crate::janitor::Janitor;
 use crate::metrics::Metrics;
 use crate::redis::store::SaleStore;
 use crate::redis::{RedisConn, RedisTarget};
@@ -55,6 +56,14 @@ pub async fn build_state(config: &ApiConfig) -> anyhow::Result<AppState> {
         tracing::warn!(error = %e, "first catalog load failed; retrying in the background");
     }
     catalog.spawn_refresher();
+    Arc::new(Janitor::new(
+        catalog.clone(),
+        store.clone(),
+        db.clone(),
+        &config.kafka,
+        config.producer.timeout,
+    ))
+    .spawn();
     let limits = Arc::new(Limits::new(config.limits));
     limits.spawn_housekeeping();
     Ok(AppState {

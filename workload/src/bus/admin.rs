@@ -15,6 +15,28 @@ const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// A Kafka admin client.
 pub struct Admin {
     client: Arc<AdminClient<DefaultClientContext>>,
+    durability: TopicDurability,
+}
+
+/// How many brokers hold each partition of a sale's topics, and how many of
+/// them must have an order before the broker acknowledges it (with the
+/// producer's `acks=all`). A single broker (the test stack) can only have 1
+/// and 1; production clusters should use 3 and 2 (docs/reliability.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicDurability {
+    /// Replicas of each partition.
+    pub replication_factor: i32,
+    /// The topics' `min.insync.replicas`.
+    pub min_insync_replicas: i32,
+}
+
+impl Default for TopicDurability {
+    fn default() -> Self {
+        Self {
+            replication_factor: 1,
+            min_insync_replicas: 1,
+        }
+    }
 }
 
 /// A failed admin request.
@@ -39,11 +61,18 @@ pub enum AdminError {
 }
 
 impl Admin {
-    /// An admin client for the cluster at `bootstrap`.
+    /// An admin client for the cluster at `bootstrap`, creating topics with
+    /// one replica.
     pub fn new(bootstrap: &str) -> Result<Self, AdminError> {
         Ok(Self {
             client: Arc::new(client_config(bootstrap).create()?),
+            durability: TopicDurability::default(),
         })
+    }
+
+    /// The same, creating topics with `durability`.
+    pub fn with_durability(self, durability: TopicDurability) -> Self {
+        Self { durability, ..self }
     }
 
     fn options() -> AdminOptions {
@@ -56,9 +85,14 @@ impl Admin {
     /// partition has a leader, so producers and lag readers can use them at
     /// once; an existing topic is left as it is (idempotent).
     pub async fn ensure_topics(&self, names: &[&str], partitions: i32) -> Result<(), AdminError> {
+        let replicas = self.durability.replication_factor;
+        let min_insync = self.durability.min_insync_replicas.to_string();
         let topics: Vec<NewTopic<'_>> = names
             .iter()
-            .map(|name| NewTopic::new(name, partitions, TopicReplication::Fixed(1)))
+            .map(|name| {
+                NewTopic::new(name, partitions, TopicReplication::Fixed(replicas))
+                    .set("min.insync.replicas", &min_insync)
+            })
             .collect();
         for result in self.client.create_topics(&topics, &Self::options()).await? {
             match result {

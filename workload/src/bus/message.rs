@@ -25,6 +25,10 @@ pub struct OrderMessage {
     pub shard: u32,
     /// When the API accepted it, Unix milliseconds.
     pub accepted_at_ms: i64,
+    /// The shopper's Idempotency-Key, persisted with the order so that a
+    /// recovered Redis state still answers a retry with this order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
 }
 
 impl OrderMessage {
@@ -53,6 +57,7 @@ mod tests {
             quantity: 2,
             shard: 3,
             accepted_at_ms: 1_700_000_000_000,
+            idempotency_key: Some("k-1".into()),
         };
         let payload = message.to_payload();
         assert_eq!(OrderMessage::from_payload(&payload).unwrap(), message);

@@ -33,7 +33,7 @@ use crate::orders::order::{NewOrder, PersistError, Refusal, insert_failed, persi
 use crate::redis::store::{ClaimOutcome, SaleStore, StoreError};
 
 pub use supervisor::{Supervisor, run_all_sales};
-pub use sweeper::{return_to_redis, sweep_forever};
+pub use sweeper::sweep_forever;
 
 /// How a consumer batches and retries.
 #[derive(Debug, Clone, Copy)]
@@ -344,6 +344,7 @@ impl SaleConsumer {
             .into_values()
             .zip(claims)
             .flat_map(|(orders, outcomes)| orders.into_iter().zip(outcomes));
+        let mut state_lost = false;
         for (order, claim) in claimed {
             let verdict = match claim {
                 ClaimOutcome::Claimed { .. } if order.sale_id != self.config.id => {
@@ -352,18 +353,20 @@ impl SaleConsumer {
                 ClaimOutcome::Claimed { quantity, shopper }
                     if quantity == order.quantity && shopper == order.shopper =>
                 {
-                    to_persist.push(NewOrder {
-                        id: order.order_id,
-                        shopper: order.shopper.clone(),
-                        quantity: order.quantity,
-                        shard: order.shard,
-                        accepted_at: DateTime::<Utc>::from_timestamp_millis(order.accepted_at_ms)
-                            .unwrap_or_else(Utc::now),
-                    });
+                    to_persist.push(new_order(order));
                     continue;
                 }
                 ClaimOutcome::Claimed { .. } => {
                     Verdict::DeadLetterAndRelease("message disagrees with its reservation")
+                }
+                // An accepted order of this sale whose reservation is gone:
+                // Redis lost the sale's state (a restart, a flush, a failover
+                // that dropped writes). The order stands — PostgreSQL decides
+                // — and the sale is fenced until the operator recovers it.
+                ClaimOutcome::Missing if order.sale_id == self.config.id => {
+                    state_lost = true;
+                    to_persist.push(new_order(order));
+                    continue;
                 }
                 ClaimOutcome::Missing => Verdict::DeadLetter("no reservation for this order"),
                 // The shopper was told no: the order must never exist (I4).
@@ -398,7 +401,23 @@ impl SaleConsumer {
             }
             item.state = ItemState::Done;
         }
+        if state_lost {
+            self.fence_lost_state().await?;
+        }
         Ok(to_persist)
+    }
+
+    /// Fences the sale whose Redis state a claim found lost: purchases stop
+    /// at once (every shard that still has metadata is marked lost) and the
+    /// database records it for the API and the operator, which recovers it.
+    async fn fence_lost_state(&self) -> Result<(), BatchError> {
+        self.store
+            .fence(&self.config.sale, self.config.shards)
+            .await?;
+        if crate::orders::sales::mark_redis_lost(&self.db, self.config.id).await? {
+            tracing::error!(sale = %self.config.sale, "an accepted order has no reservation: the sale's Redis state was lost; purchases are fenced until it is recovered");
+        }
+        Ok(())
     }
 
     /// Persists `orders`, splitting any group the database refuses until the
@@ -483,9 +502,16 @@ impl SaleConsumer {
 
     /// Records the order as FAILED and gives its units back to Redis.
     async fn fail(&self, order: &NewOrder, reason: &str) -> Result<(), BatchError> {
-        insert_failed(&self.db, self.config.id, order, reason).await?;
-        tracing::warn!(order = %order.id, reason, "order failed in the database");
-        self.release(order).await
+        fail_order(
+            &self.db,
+            &self.store,
+            self.config.id,
+            &self.config.sale,
+            order,
+            reason,
+        )
+        .await?;
+        Ok(())
     }
 
     async fn release(&self, order: &NewOrder) -> Result<(), BatchError> {
@@ -556,6 +582,53 @@ impl SaleConsumer {
             tracing::warn!(sale = %self.config.sale, error = %e, "offset commit failed; the batch will be redelivered");
         }
     }
+}
+
+/// The order a message carries, as the database stores it.
+fn new_order(order: &OrderMessage) -> NewOrder {
+    NewOrder {
+        id: order.order_id,
+        shopper: order.shopper.clone(),
+        quantity: order.quantity,
+        shard: order.shard,
+        accepted_at: DateTime::<Utc>::from_timestamp_millis(order.accepted_at_ms)
+            .unwrap_or_else(Utc::now),
+        idempotency_key: order.idempotency_key.clone(),
+    }
+}
+
+/// Records an order the database refused as FAILED with `reason` and gives
+/// its claimed units back to Redis — unless the order is persisted and live:
+/// another consumer (before a rebalance) stored it in between, and its units
+/// are sold. Returns whether the units went back.
+pub async fn fail_order(
+    db: &PgPool,
+    store: &SaleStore,
+    sale_id: uuid::Uuid,
+    sale: &crate::domain::sale::SaleRef,
+    order: &NewOrder,
+    reason: &str,
+) -> Result<bool, BatchError> {
+    if !insert_failed(db, sale_id, order, reason).await? {
+        // A row is there already: FAILED by an earlier attempt of ours that
+        // stopped before releasing (release again, exactly once), or live.
+        let existing = crate::orders::order::find(db, order.id).await?;
+        if existing.is_some_and(|o| o.status != crate::domain::order::OrderStatus::Failed) {
+            tracing::info!(order = %order.id, "order persisted by another consumer; its units stay sold");
+            return Ok(false);
+        }
+    }
+    tracing::warn!(order = %order.id, reason, "order failed in the database");
+    store
+        .release(
+            sale,
+            order.shard,
+            &order.id.to_string(),
+            ReservationState::Claimed,
+            0,
+        )
+        .await?;
+    Ok(true)
 }
 
 /// Marks the messages of `orders` as done.

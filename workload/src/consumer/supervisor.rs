@@ -76,13 +76,14 @@ impl Supervisor {
     }
 }
 
-/// Runs a consumer for every current sale of `namespace`, starting and
-/// stopping them as sales appear and disappear, until `stop`.
+/// Runs a consumer for every sale of `namespace` that still needs one,
+/// starting and stopping them as sales appear, drain for good (completed, or
+/// deleted after their orders drained) or disappear, until `stop`.
 pub async fn run_all_sales(supervisor: Supervisor, namespace: &str, stop: CancellationToken) {
     let mut running: HashMap<Uuid, (CancellationToken, tokio::task::JoinHandle<()>)> =
         HashMap::new();
     loop {
-        match crate::orders::sales::list_current(&supervisor.db, namespace).await {
+        match crate::orders::sales::list_consuming(&supervisor.db, namespace).await {
             Ok(sales) => {
                 let current: Vec<Uuid> = sales.iter().map(|s| s.id).collect();
                 running.retain(|id, (token, _)| {

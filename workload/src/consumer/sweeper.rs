@@ -8,37 +8,12 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::domain::purchase::ReservationState;
-use crate::domain::sale::SaleRef;
-use crate::orders::order::{StockReturn, sweep_unpaid};
+use crate::janitor::return_to_redis;
+use crate::orders::order::sweep_unpaid;
 use crate::redis::store::SaleStore;
 
 /// Orders cancelled per database round trip.
 const SWEEP_BATCH: i64 = 500;
-
-/// Gives the units of orders that stopped holding stock back to Redis (their
-/// claimed reservation moves to released, exactly once). A failure here is
-/// repaired by reconciliation, which releases reservations of cancelled orders.
-pub async fn return_to_redis(store: &SaleStore, returns: &[StockReturn]) {
-    for r in returns {
-        let Ok(sale) = SaleRef::new(&r.namespace, &r.name) else {
-            continue;
-        };
-        let shard = u32::try_from(r.shard).unwrap_or_default();
-        if let Err(e) = store
-            .release(
-                &sale,
-                shard,
-                &r.order_id.to_string(),
-                ReservationState::Claimed,
-                0,
-            )
-            .await
-        {
-            tracing::warn!(order = %r.order_id, error = %e, "stock not returned to redis yet; reconciliation will");
-        }
-    }
-}
 
 /// Sweeps the sale every `every` until `stop` is cancelled.
 pub async fn sweep_forever(
@@ -57,7 +32,7 @@ pub async fn sweep_forever(
                         "payment timeout: orders cancelled"
                     );
                 }
-                return_to_redis(&store, &returns).await;
+                return_to_redis(&db, &store, &returns).await;
                 if returns.len() as i64 == SWEEP_BATCH {
                     continue;
                 }

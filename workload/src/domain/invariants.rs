@@ -214,6 +214,7 @@ mod tests {
             status,
             shard: 0,
             accepted_ms: 0,
+            idempotency_key: None,
         }
     }
 

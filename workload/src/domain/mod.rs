@@ -7,3 +7,4 @@ pub mod purchase;
 pub mod reconcile;
 pub mod sale;
 pub mod shard;
+pub mod stock;

@@ -64,6 +64,13 @@ impl Reservation {
     }
 }
 
+/// The idempotency hash field of `shopper`'s `key`, exactly as
+/// `lua/purchase.lua` writes it: the shopper's length first, so no two pairs
+/// share a field.
+pub fn idempotency_field(shopper: &str, key: &str) -> String {
+    format!("{}:{shopper}|{key}", shopper.len())
+}
+
 /// What `lua/purchase.lua` decided for one shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ShardDecision {
@@ -97,6 +104,8 @@ pub enum ShardDecision {
         /// The sale's per-shopper limit.
         limit: i64,
     },
+    /// The sale's Redis state was found lost (fenced): nothing reserved.
+    StateLost,
     /// The same order (or idempotency key) was decided before.
     Replay {
         /// The first attempt's order id.
@@ -129,6 +138,7 @@ pub fn read_purchase_reply(reply: &[ReplyField]) -> Result<ShardDecision, Unexpe
         [Int(6), Int(available)] => ShardDecision::ShardDry {
             available: *available,
         },
+        [Int(10)] => ShardDecision::StateLost,
         [Int(7), Int(held), Int(limit)] => ShardDecision::LimitExceeded {
             held: *held,
             limit: *limit,

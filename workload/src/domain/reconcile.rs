@@ -16,6 +16,7 @@ use serde::Serialize;
 use super::order::OrderStatus;
 use super::purchase::{Reservation, ReservationState};
 use super::shard::home_shard;
+use super::stock::active_withdrawal;
 
 /// A transfer record in a donor shard: `<to>:<amount>:<created_ms>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +62,8 @@ pub struct ShardSnapshot {
     pub transfers_out: BTreeMap<String, TransferOut>,
     /// Transfers credited here, with the credit time.
     pub transfers_in: BTreeMap<String, i64>,
+    /// Shrinks' withdrawal records (`lua/withdraw.lua`), by shrink id.
+    pub withdrawals: BTreeMap<String, String>,
 }
 
 /// A persisted order, as reconciliation needs it.
@@ -76,6 +79,8 @@ pub struct DbOrder {
     pub shard: u32,
     /// When the API accepted it, Unix ms.
     pub accepted_ms: i64,
+    /// The shopper's Idempotency-Key of the purchase, if any.
+    pub idempotency_key: Option<String>,
 }
 
 /// The database side.
@@ -83,6 +88,8 @@ pub struct DbOrder {
 pub struct DbSnapshot {
     /// Units for sale.
     pub stock: i64,
+    /// The generation of that stock.
+    pub generation: i64,
     /// Units in live orders.
     pub sold: i64,
     /// Every order of the sale, by id.
@@ -98,6 +105,8 @@ pub struct Observation {
     pub shards: Vec<ShardSnapshot>,
     /// The database, read before Redis.
     pub db: DbSnapshot,
+    /// The stock generation Redis applied (shard 0), if any.
+    pub redis_generation: Option<i64>,
     /// The sale's consumer group has no lag: no order is in flight.
     pub drained: bool,
     /// Redis time of the observation, Unix ms.
@@ -110,18 +119,16 @@ pub struct Policy {
     /// A reservation younger than this may still have its message in flight
     /// (at least the API's produce timeout).
     pub reservation_min_age_ms: i64,
-    /// An uncredited transfer older than this was abandoned by its API process.
+    /// An uncredited transfer older than this was abandoned by its API
+    /// process (and missed by the APIs' janitors, which finish them sooner).
     pub transfer_finish_age_ms: i64,
-    /// Completed transfer records older than this are pruned.
-    pub prune_age_ms: i64,
 }
 
 impl Default for Policy {
     fn default() -> Self {
         Self {
             reservation_min_age_ms: 30_000,
-            transfer_finish_age_ms: 40_000,
-            prune_age_ms: 120_000,
+            transfer_finish_age_ms: 10_000,
         }
     }
 }
@@ -130,25 +137,17 @@ impl Default for Policy {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "action", rename_all = "camelCase")]
 pub enum Repair {
-    /// Credit an abandoned transfer to its receiving shard.
+    /// Credit an abandoned transfer to its receiving shard. (Transfer records
+    /// are kept until the sale's cleanup: a late credit always finds its own.)
     FinishTransfer {
         /// Transfer id.
         id: String,
+        /// Donor shard.
+        from: u32,
         /// Receiving shard.
         to: u32,
         /// Units.
         amount: i64,
-        /// The transfer's creation time.
-        created_ms: i64,
-    },
-    /// Forget a transfer's records (donor first, then receiver).
-    PruneTransfer {
-        /// Transfer id.
-        id: String,
-        /// Donor shard, if its record still exists.
-        from: Option<u32>,
-        /// Receiving shard, if its record still exists.
-        to: Option<u32>,
     },
     /// Give a reservation's units back (it must still be in `expected`, and
     /// at least `min_age_ms` old when the script runs).
@@ -218,73 +217,35 @@ pub fn plan(obs: &Observation, policy: &Policy) -> Vec<Finding> {
     let shards = obs.shards.len() as u32;
     let age = |ms: i64| obs.now_ms - ms;
 
-    // Transfers: finish abandoned ones, prune completed ones.
-    let credited: HashMap<&str, (u32, i64)> = obs
+    // Transfers: finish abandoned ones.
+    let credited: HashSet<&str> = obs
         .shards
         .iter()
-        .enumerate()
-        .flat_map(|(s, snap)| {
-            snap.transfers_in
-                .iter()
-                .map(move |(id, at)| (id.as_str(), (s as u32, *at)))
-        })
+        .flat_map(|snap| snap.transfers_in.keys().map(String::as_str))
         .collect();
     let mut in_transit = 0;
-    let mut taken_out = HashSet::new();
     for (from, snap) in obs.shards.iter().enumerate() {
         for (id, out) in &snap.transfers_out {
-            taken_out.insert(id.as_str());
-            match credited.get(id.as_str()) {
-                None => {
-                    in_transit += out.amount;
-                    if age(out.created_ms) > policy.transfer_finish_age_ms {
-                        findings.push(Finding {
-                            kind: "TransferUnfinished",
-                            detail: format!(
-                                "{} units left shard {from} for shard {} and never arrived",
-                                out.amount, out.to
-                            ),
-                            drift: true,
-                            repair: Repair::FinishTransfer {
-                                id: id.clone(),
-                                to: out.to,
-                                amount: out.amount,
-                                created_ms: out.created_ms,
-                            },
-                        });
-                    }
-                }
-                Some((to, at))
-                    if age(out.created_ms) > policy.prune_age_ms
-                        && age(*at) > policy.prune_age_ms =>
-                {
-                    findings.push(Finding {
-                        kind: "TransferCompleted",
-                        detail: format!("transfer {id} done"),
-                        drift: false,
-                        repair: Repair::PruneTransfer {
-                            id: id.clone(),
-                            from: Some(from as u32),
-                            to: Some(*to),
-                        },
-                    });
-                }
-                Some(_) => {}
+            if credited.contains(id.as_str()) {
+                continue;
             }
-        }
-    }
-    for (id, (to, at)) in &credited {
-        if !taken_out.contains(id) && age(*at) > policy.prune_age_ms {
-            findings.push(Finding {
-                kind: "TransferCompleted",
-                detail: format!("transfer {id} done"),
-                drift: false,
-                repair: Repair::PruneTransfer {
-                    id: id.to_string(),
-                    from: None,
-                    to: Some(*to),
-                },
-            });
+            in_transit += out.amount;
+            if age(out.created_ms) > policy.transfer_finish_age_ms {
+                findings.push(Finding {
+                    kind: "TransferUnfinished",
+                    detail: format!(
+                        "{} units left shard {from} for shard {} and never arrived",
+                        out.amount, out.to
+                    ),
+                    drift: true,
+                    repair: Repair::FinishTransfer {
+                        id: id.clone(),
+                        from: from as u32,
+                        to: out.to,
+                        amount: out.amount,
+                    },
+                });
+            }
         }
     }
 
@@ -421,9 +382,22 @@ pub fn plan(obs: &Observation, policy: &Policy) -> Vec<Finding> {
     }
 
     // The stock total: what Redis can still sell must be what the database
-    // has not sold and no pending order holds.
+    // has not sold and no pending order holds — compared only when both sides
+    // hold the same stock generation. Otherwise a stock change is half-way
+    // (the operator finishes it: a restock raises the database first, a
+    // shrink takes units out of Redis first), and repairing toward either
+    // side would apply it twice.
+    if obs.redis_generation != Some(obs.db.generation) {
+        return findings;
+    }
+    let withdrawn: i64 = obs
+        .shards
+        .iter()
+        .flat_map(|s| &s.withdrawals)
+        .filter_map(|(id, record)| active_withdrawal(id, record, obs.db.generation))
+        .sum();
     let stocks: Vec<i64> = obs.shards.iter().map(|s| s.stock).collect();
-    let redis_available = stocks.iter().sum::<i64>() + in_transit + released_units;
+    let redis_available = stocks.iter().sum::<i64>() + in_transit + released_units + withdrawn;
     let expected_available = obs.db.stock - obs.db.sold - pending_units;
     let delta = expected_available - redis_available;
     if delta != 0 {
@@ -439,6 +413,17 @@ pub fn plan(obs: &Observation, policy: &Policy) -> Vec<Finding> {
         }
     }
     findings
+}
+
+/// Units held by reservations (R or C) whose order the database does not
+/// have: accepted purchases still on their way, or abandoned ones.
+pub fn in_flight_units(obs: &Observation) -> i64 {
+    obs.shards
+        .iter()
+        .flat_map(|s| &s.reservations)
+        .filter(|(id, r)| r.state != ReservationState::Released && !obs.db.orders.contains_key(*id))
+        .map(|(_, r)| r.quantity)
+        .sum()
 }
 
 /// Splits a stock correction over shards: units added go to the emptiest
@@ -514,6 +499,7 @@ mod tests {
         );
         let mut db = DbSnapshot {
             stock: 10,
+            generation: 1,
             sold: 2,
             ..Default::default()
         };
@@ -525,12 +511,14 @@ mod tests {
                 status: OrderStatus::Unpaid,
                 shard: alice_home as u32,
                 accepted_ms: OLD,
+                idempotency_key: None,
             },
         );
         db.shopper_units.insert("alice".into(), 2);
         Observation {
             shards,
             db,
+            redis_generation: Some(1),
             drained: true,
             now_ms: NOW,
         }
@@ -696,40 +684,32 @@ mod tests {
             findings[0].repair,
             Repair::FinishTransfer {
                 id: "t1".into(),
+                from: 0,
                 to: 1,
                 amount: 2,
-                created_ms: OLD
             }
         );
     }
 
     #[test]
-    fn completed_transfers_are_pruned_as_housekeeping() {
+    fn stock_is_compared_only_at_one_generation() {
         let mut obs = consistent();
-        obs.shards[0].transfers_out.insert(
-            "t1".into(),
-            TransferOut {
-                to: 1,
-                amount: 2,
-                created_ms: OLD,
-            },
-        );
-        obs.shards[1].transfers_in.insert("t1".into(), OLD);
-        obs.shards[1].transfers_in.insert("t2".into(), OLD);
-        let findings = plan(&obs, &Policy::default());
-        assert_eq!(
-            kinds(&findings),
-            vec!["TransferCompleted", "TransferCompleted"]
-        );
-        assert!(findings.iter().all(|f| !f.drift));
-        assert_eq!(
-            findings[0].repair,
-            Repair::PruneTransfer {
-                id: "t1".into(),
-                from: Some(0),
-                to: Some(1)
-            }
-        );
+        // A restock raised the database (generation 2) before Redis.
+        obs.db.stock = 15;
+        obs.db.generation = 2;
+        assert_eq!(plan(&obs, &Policy::default()), vec![], "restock half-way");
+        // A shrink to 8 took 2 units out of Redis before recording itself.
+        let mut obs = consistent();
+        obs.shards[0].stock -= 2;
+        obs.shards[0].withdrawals.insert("2:8".into(), "A:2".into());
+        assert_eq!(plan(&obs, &Policy::default()), vec![], "shrink half-way");
+        // Recorded in Redis (generation 2), the database not lowered yet.
+        obs.redis_generation = Some(2);
+        assert_eq!(plan(&obs, &Policy::default()), vec![], "shrink recorded");
+        // Both at generation 2: the withdrawal is the shrink, no longer pending.
+        obs.db.stock = 8;
+        obs.db.generation = 2;
+        assert_eq!(plan(&obs, &Policy::default()), vec![], "shrink done");
     }
 
     #[test]

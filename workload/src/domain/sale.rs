@@ -152,6 +152,34 @@ impl SaleMeta {
     }
 }
 
+/// What the database knows of the sale's Redis state (its working memory).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RedisLife {
+    /// The incarnation warm-up loads (stored before any shard is loaded).
+    pub incarnation: Option<Uuid>,
+    /// That incarnation was loaded, verified and opened (and not removed on
+    /// purpose since: cleanup and deletion clear it first).
+    pub opened: bool,
+    /// When its loss was noticed; while set the sale takes no orders.
+    pub lost_since: Option<DateTime<Utc>>,
+}
+
+impl RedisLife {
+    /// Whether `loaded` has lost the state this one opened: a shard without
+    /// metadata, or of another incarnation (a restart, a flush, a failover
+    /// to a replica that never had it). Noticed losses are `lost_since`.
+    pub fn lost_in(&self, loaded: &LoadedSale) -> bool {
+        let Some(incarnation) = self.incarnation.filter(|_| self.opened) else {
+            return false;
+        };
+        let incarnation = incarnation.to_string();
+        loaded
+            .incarnations
+            .iter()
+            .any(|i| i.as_deref() != Some(incarnation.as_str()))
+    }
+}
+
 /// What Redis holds of a sale's stock and metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadedSale {
@@ -159,6 +187,8 @@ pub struct LoadedSale {
     pub stocks: Vec<i64>,
     /// Metadata per shard, `None` where missing or malformed.
     pub metas: Vec<Option<SaleMeta>>,
+    /// The incarnation each shard was loaded under (`lua/warm.lua`), if any.
+    pub incarnations: Vec<Option<String>>,
     /// The stock total last applied (shard 0).
     pub stock_total: Option<i64>,
     /// Its generation (shard 0).
@@ -177,13 +207,72 @@ impl LoadedSale {
     }
 }
 
-/// Checks a freshly loaded sale against the database: every shard carries
-/// `expected` metadata, the shards hold exactly the unsold stock, and the
-/// recorded total and generation are the database's.
+/// What warm-up loads into one shard, from the database: its part of the
+/// unsold stock, and — when a lost state is recovered — the units of the
+/// shoppers homed there, the claimed reservations of their live orders and
+/// their idempotency keys.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShardLoad {
+    /// Units for sale in the shard.
+    pub stock: i64,
+    /// Units per shopper.
+    pub units: Vec<(String, i64)>,
+    /// Reservation records by order id (as `lua/claim.lua` leaves them).
+    pub reservations: Vec<(String, String)>,
+    /// Idempotency fields (as `lua/purchase.lua` writes them) -> order id.
+    pub idempotency: Vec<(String, String)>,
+}
+
+/// Splits what the database holds of a sale over its shards (pure).
+pub fn shard_loads(
+    config: &SaleConfig,
+    db: &crate::domain::reconcile::DbSnapshot,
+) -> Vec<ShardLoad> {
+    use crate::domain::shard::{home_shard, split_stock};
+    let mut loads: Vec<ShardLoad> = split_stock((db.stock - db.sold).max(0) as u64, config.shards)
+        .into_iter()
+        .map(|stock| ShardLoad {
+            stock: stock as i64,
+            ..ShardLoad::default()
+        })
+        .collect();
+    for (shopper, units) in &db.shopper_units {
+        let home = home_shard(shopper, config.shards) as usize;
+        loads[home].units.push((shopper.clone(), *units));
+    }
+    for (id, order) in &db.orders {
+        let Some(load) = loads.get_mut(order.shard as usize) else {
+            continue;
+        };
+        if order.status.holds_stock() {
+            load.reservations.push((
+                id.clone(),
+                format!(
+                    "C:{}:{}:{}",
+                    order.quantity, order.accepted_ms, order.shopper
+                ),
+            ));
+        }
+        if let Some(key) = &order.idempotency_key {
+            load.idempotency.push((
+                crate::domain::purchase::idempotency_field(&order.shopper, key),
+                id.clone(),
+            ));
+        }
+    }
+    loads
+}
+
+/// Checks a loaded sale against the database before it opens: every shard
+/// holds `incarnation`; every shard not open yet carries `expected` metadata
+/// and exactly its part of the unsold stock (an open shard, from a warm-up
+/// that failed half-way and resumed, may have sold since); the recorded
+/// total and generation are the database's.
 pub fn verify_load(
     config: &SaleConfig,
     sold: i64,
     expected: &SaleMeta,
+    incarnation: &str,
     loaded: &LoadedSale,
 ) -> Result<(), String> {
     if loaded.stocks.len() != config.shards as usize {
@@ -194,21 +283,33 @@ pub fn verify_load(
         ));
     }
     if let Some(shard) = loaded
-        .metas
+        .incarnations
         .iter()
-        .position(|m| m.as_ref() != Some(expected))
+        .position(|i| i.as_deref() != Some(incarnation))
     {
         return Err(format!(
-            "shard {shard} metadata {:?}, expected {expected:?}",
-            loaded.metas[shard]
+            "shard {shard} holds incarnation {:?}, expected {incarnation}",
+            loaded.incarnations.get(shard).cloned().flatten()
         ));
     }
-    let unsold = config.stock - sold;
-    if loaded.remaining() != unsold {
-        return Err(format!(
-            "shards hold {} units, the database has {unsold} unsold",
-            loaded.remaining()
-        ));
+    let split =
+        crate::domain::shard::split_stock((config.stock - sold).max(0) as u64, config.shards);
+    for (shard, (meta, stock)) in loaded.metas.iter().zip(&loaded.stocks).enumerate() {
+        if meta.is_some_and(|m| m.warmed) {
+            continue;
+        }
+        if meta.as_ref() != Some(expected) {
+            return Err(format!(
+                "shard {shard} metadata {meta:?}, expected {expected:?}"
+            ));
+        }
+        if *stock != split[shard] as i64 {
+            return Err(format!(
+                "shard {shard} holds {stock} units, {} expected of the {} unsold",
+                split[shard],
+                config.stock - sold
+            ));
+        }
     }
     if (loaded.stock_total, loaded.generation) != (Some(config.stock), Some(config.generation)) {
         return Err(format!(
@@ -308,23 +409,33 @@ mod state_tests {
         let good = LoadedSale {
             stocks: vec![3, 3, 2, 2],
             metas: vec![Some(meta); 4],
+            incarnations: vec![Some("i1".into()); 4],
             stock_total: Some(10),
             generation: Some(1),
         };
-        assert_eq!(verify_load(&c, 0, &meta, &good), Ok(()));
-        assert!(verify_load(&c, 1, &meta, &good).is_err(), "one unit sold");
+        let check = |loaded: &LoadedSale, sold| verify_load(&c, sold, &meta, "i1", loaded);
+        assert_eq!(check(&good, 0), Ok(()));
+        assert!(check(&good, 1).is_err(), "one unit sold");
         let mut short = good.clone();
         short.stocks[2] = 1;
-        assert!(verify_load(&c, 0, &meta, &short).is_err());
+        assert!(check(&short, 0).is_err());
         let mut missing = good.clone();
         missing.metas[3] = None;
-        assert!(verify_load(&c, 0, &meta, &missing).is_err());
+        assert!(check(&missing, 0).is_err());
         let mut stale = good.clone();
         stale.generation = Some(0);
-        assert!(verify_load(&c, 0, &meta, &stale).is_err());
+        assert!(check(&stale, 0).is_err());
         let mut paused = good.clone();
         paused.metas[0] = Some(c.meta(false, true, false));
-        assert!(verify_load(&c, 0, &meta, &paused).is_err());
+        assert!(check(&paused, 0).is_err());
+        let mut other = good.clone();
+        other.incarnations[1] = Some("i0".into());
+        assert!(check(&other, 0).is_err(), "a shard of another incarnation");
+        // A shard opened by an earlier attempt may have sold since.
+        let mut resumed = good.clone();
+        resumed.metas[1] = Some(c.meta(true, false, false));
+        resumed.stocks[1] = 1;
+        assert_eq!(check(&resumed, 0), Ok(()));
         assert!(good.remaining() == 10 && !good.warmed());
     }
 

@@ -28,18 +28,8 @@ pub async fn cleanup(
     policy: &Policy,
     drain_timeout: Duration,
 ) -> Result<CleanupReport, JobError> {
-    let deadline = Instant::now() + drain_timeout;
-    loop {
-        let lag = ctx.lag(config).await?;
-        if lag == 0 {
-            break;
-        }
-        if Instant::now() >= deadline {
-            return Err(JobError::NotDrained(drain_timeout, lag));
-        }
-        tracing::info!(sale = %config.sale, lag, "waiting for the orders to drain");
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    ctx.wait_drained(config, Instant::now() + drain_timeout, drain_timeout)
+        .await?;
     let with_meta = ctx
         .store
         .shards_with_meta(&config.sale, config.shards)
@@ -52,6 +42,8 @@ pub async fn cleanup(
         None
     };
     if with_meta > 0 {
+        // Removed on purpose: the operator must not take it for a loss.
+        crate::orders::sales::mark_closed(&ctx.db, config.id).await?;
         ctx.store.delete(&config.sale, config.shards).await?;
     }
     Ok(CleanupReport {

@@ -5,7 +5,7 @@ mod cleanup;
 mod reconcile;
 
 pub use cleanup::{CleanupReport, cleanup};
-pub use reconcile::{FindingReport, ReconcileReport, reconcile};
+pub use reconcile::{FindingReport, ReconcileReport, final_reconcile, reconcile};
 
 use sqlx::PgPool;
 
@@ -39,9 +39,33 @@ pub enum JobError {
     /// The topic did not drain in time.
     #[error("the sale's orders did not drain within {0:?} (lag {1})")]
     NotDrained(std::time::Duration, i64),
+    /// Redis and PostgreSQL still disagreed at the deadline.
+    #[error("redis and the database still disagree after {0:?}: {1}")]
+    NotConverged(std::time::Duration, String),
 }
 
 impl JobContext {
+    /// Waits until the sale's consumer group has no lag, polling each
+    /// second, at most until `deadline`.
+    pub async fn wait_drained(
+        &self,
+        config: &SaleConfig,
+        deadline: std::time::Instant,
+        timeout: std::time::Duration,
+    ) -> Result<(), JobError> {
+        loop {
+            let lag = self.lag(config).await?;
+            if lag == 0 {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(JobError::NotDrained(timeout, lag));
+            }
+            tracing::info!(sale = %config.sale, lag, "waiting for the orders to drain");
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    }
+
     /// The sale's consumer-group lag now.
     pub async fn lag(&self, config: &SaleConfig) -> Result<i64, JobError> {
         let reader = LagReader::new(&self.bootstrap, &topics::consumer_group(&config.sale))?;

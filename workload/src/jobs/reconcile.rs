@@ -9,7 +9,7 @@ use futures::future::try_join_all;
 use serde::Serialize;
 
 use super::{JobContext, JobError};
-use crate::domain::reconcile::{Finding, Observation, Policy, plan};
+use crate::domain::reconcile::{Finding, Observation, Policy, in_flight_units, plan};
 use crate::domain::sale::SaleConfig;
 use crate::orders::reconciliation;
 
@@ -52,10 +52,19 @@ async fn observe(ctx: &JobContext, config: &SaleConfig) -> Result<(Observation, 
     let db = reconciliation::snapshot(&ctx.db, config.id).await?;
     let shards =
         try_join_all((0..config.shards).map(|s| ctx.store.snapshot(&config.sale, s))).await?;
-    let now_ms = shards.iter().map(|(_, now)| *now).max().unwrap_or_default();
+    let now_ms = shards
+        .iter()
+        .map(|(_, now, _)| *now)
+        .max()
+        .unwrap_or_default();
+    let redis_generation = shards.first().and_then(|(_, _, generation)| *generation);
     let observation = Observation {
-        shards: shards.into_iter().map(|(snapshot, _)| snapshot).collect(),
+        shards: shards
+            .into_iter()
+            .map(|(snapshot, _, _)| snapshot)
+            .collect(),
         db,
+        redis_generation,
         drained: lag == 0,
         now_ms,
     };
@@ -119,4 +128,42 @@ pub async fn reconcile(
     )
     .await?;
     Ok(report)
+}
+
+/// The reconciliation after the end: waits for the sale's orders to drain,
+/// then reconciles until a fresh look finds nothing to repair and no
+/// reservation without its order (Redis and PostgreSQL agree on the stock
+/// and every shopper's units), at most `timeout` in all. Only then is the
+/// sale Reconciled; otherwise the Job fails and says what still differs.
+pub async fn final_reconcile(
+    ctx: &JobContext,
+    config: &SaleConfig,
+    policy: &Policy,
+    timeout: Duration,
+) -> Result<ReconcileReport, JobError> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        ctx.wait_drained(config, deadline, timeout).await?;
+        let report = reconcile(ctx, config, policy).await?;
+        let (after, _) = observe(ctx, config).await?;
+        let left: Vec<String> = plan(&after, policy)
+            .into_iter()
+            .filter(|f| f.drift)
+            .map(|f| f.detail)
+            .collect();
+        let in_flight = in_flight_units(&after);
+        if after.drained && left.is_empty() && in_flight == 0 {
+            return Ok(report);
+        }
+        if std::time::Instant::now() >= deadline {
+            let mut why = left;
+            if in_flight > 0 {
+                why.push(format!(
+                    "{in_flight} units held by reservations without an order"
+                ));
+            }
+            return Err(JobError::NotConverged(timeout, why.join("; ")));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }

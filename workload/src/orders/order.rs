@@ -94,6 +94,8 @@ pub struct NewOrder {
     pub shard: u32,
     /// When the API accepted it.
     pub accepted_at: DateTime<Utc>,
+    /// The shopper's Idempotency-Key, if any.
+    pub idempotency_key: Option<String>,
 }
 
 /// Why the database, the final arbiter, refused a batch.
@@ -140,11 +142,15 @@ pub async fn persist_batch(
     let quantities: Vec<i32> = orders.iter().map(|o| o.quantity as i32).collect();
     let shards: Vec<i32> = orders.iter().map(|o| o.shard as i32).collect();
     let accepted: Vec<DateTime<Utc>> = orders.iter().map(|o| o.accepted_at).collect();
+    let keys: Vec<Option<&str>> = orders
+        .iter()
+        .map(|o| o.idempotency_key.as_deref())
+        .collect();
     let inserted: Vec<(Uuid, String, i32)> = sqlx::query_as(
-        "INSERT INTO orders (id, sale_id, shopper, quantity, shard, status, accepted_at)
-         SELECT t.id, $1, t.shopper, t.quantity, t.shard, 'UNPAID', t.accepted_at
-         FROM UNNEST($2::uuid[], $3::text[], $4::int[], $5::int[], $6::timestamptz[])
-              AS t(id, shopper, quantity, shard, accepted_at)
+        "INSERT INTO orders (id, sale_id, shopper, quantity, shard, status, accepted_at, idempotency_key)
+         SELECT t.id, $1, t.shopper, t.quantity, t.shard, 'UNPAID', t.accepted_at, t.idempotency_key
+         FROM UNNEST($2::uuid[], $3::text[], $4::int[], $5::int[], $6::timestamptz[], $7::text[])
+              AS t(id, shopper, quantity, shard, accepted_at, idempotency_key)
          ON CONFLICT (id) DO NOTHING
          RETURNING id, shopper, quantity",
     )
@@ -154,6 +160,7 @@ pub async fn persist_batch(
     .bind(&quantities)
     .bind(&shards)
     .bind(&accepted)
+    .bind(&keys)
     .fetch_all(&mut *tx)
     .await?;
     if inserted.is_empty() {
@@ -208,8 +215,8 @@ pub async fn insert_failed<'e>(
     reason: &str,
 ) -> sqlx::Result<bool> {
     let result = sqlx::query(
-        "INSERT INTO orders (id, sale_id, shopper, quantity, shard, status, failure_reason, accepted_at)
-         VALUES ($1, $2, $3, $4, $5, 'FAILED', $6, $7)
+        "INSERT INTO orders (id, sale_id, shopper, quantity, shard, status, failure_reason, accepted_at, idempotency_key)
+         VALUES ($1, $2, $3, $4, $5, 'FAILED', $6, $7, $8)
          ON CONFLICT (id) DO NOTHING",
     )
     .bind(order.id)
@@ -219,6 +226,7 @@ pub async fn insert_failed<'e>(
     .bind(order.shard as i32)
     .bind(reason)
     .bind(order.accepted_at)
+    .bind(&order.idempotency_key)
     .execute(db)
     .await?;
     Ok(result.rows_affected() == 1)
@@ -296,12 +304,14 @@ pub async fn apply_event(
     .await?;
     let returned = if from.holds_stock() && !to.holds_stock() {
         give_back(&mut tx, sale_id, &[(shopper.to_string(), quantity)]).await?;
-        Some(StockReturn {
+        let returned = StockReturn {
             order_id: id,
             namespace,
             name,
             shard,
-        })
+        };
+        record_stock_returns(&mut tx, std::slice::from_ref(&returned)).await?;
+        Some(returned)
     } else {
         None
     };
@@ -381,8 +391,7 @@ pub async fn sweep_unpaid(
     for (sale_id, units) in &by_sale {
         give_back(&mut tx, *sale_id, units).await?;
     }
-    tx.commit().await?;
-    Ok(due
+    let returns: Vec<StockReturn> = due
         .into_iter()
         .map(|(order_id, _, _, _, shard, namespace, name)| StockReturn {
             order_id,
@@ -390,5 +399,62 @@ pub async fn sweep_unpaid(
             name,
             shard,
         })
-        .collect())
+        .collect();
+    record_stock_returns(&mut tx, &returns).await?;
+    tx.commit().await?;
+    Ok(returns)
+}
+
+/// Records, in the transaction that took the units out of the database's
+/// count, that they must go back to Redis (the `stock_returns` outbox).
+async fn record_stock_returns(
+    tx: &mut sqlx::PgConnection,
+    returns: &[StockReturn],
+) -> sqlx::Result<()> {
+    if returns.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = returns.iter().map(|r| r.order_id).collect();
+    let namespaces: Vec<&str> = returns.iter().map(|r| r.namespace.as_str()).collect();
+    let names: Vec<&str> = returns.iter().map(|r| r.name.as_str()).collect();
+    let shards: Vec<i32> = returns.iter().map(|r| r.shard).collect();
+    sqlx::query(
+        "INSERT INTO stock_returns (order_id, namespace, name, shard)
+         SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::int[])
+         ON CONFLICT (order_id) DO NOTHING",
+    )
+    .bind(&ids)
+    .bind(&namespaces)
+    .bind(&names)
+    .bind(&shards)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// Stock returns of `namespace` recorded more than `older_than` ago and not
+/// yet handed to Redis (at most 500, oldest first).
+pub async fn pending_stock_returns(
+    db: &sqlx::PgPool,
+    namespace: &str,
+    older_than: std::time::Duration,
+) -> sqlx::Result<Vec<StockReturn>> {
+    sqlx::query_as(
+        "SELECT order_id, namespace, name, shard FROM stock_returns
+         WHERE namespace = $1 AND created_at < now() - $2 * interval '1 millisecond'
+         ORDER BY created_at LIMIT 500",
+    )
+    .bind(namespace)
+    .bind(older_than.as_millis() as i64)
+    .fetch_all(db)
+    .await
+}
+
+/// Forgets stock returns Redis took.
+pub async fn forget_stock_returns(db: &sqlx::PgPool, order_ids: &[Uuid]) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM stock_returns WHERE order_id = ANY($1)")
+        .bind(order_ids)
+        .execute(db)
+        .await?;
+    Ok(())
 }

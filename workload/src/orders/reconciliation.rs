@@ -15,12 +15,23 @@ pub async fn snapshot(db: &PgPool, sale_id: Uuid) -> sqlx::Result<DbSnapshot> {
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         .execute(&mut *tx)
         .await?;
-    let (stock, sold): (i32, i32) = sqlx::query_as("SELECT stock, sold FROM sales WHERE id = $1")
-        .bind(sale_id)
-        .fetch_one(&mut *tx)
-        .await?;
-    let orders: Vec<(Uuid, String, i32, String, i32, DateTime<Utc>)> = sqlx::query_as(
-        "SELECT id, shopper, quantity, status, shard, accepted_at FROM orders WHERE sale_id = $1",
+    let (stock, sold, generation): (i32, i32, i64) =
+        sqlx::query_as("SELECT stock, sold, generation FROM sales WHERE id = $1")
+            .bind(sale_id)
+            .fetch_one(&mut *tx)
+            .await?;
+    type Row = (
+        Uuid,
+        String,
+        i32,
+        String,
+        i32,
+        DateTime<Utc>,
+        Option<String>,
+    );
+    let orders: Vec<Row> = sqlx::query_as(
+        "SELECT id, shopper, quantity, status, shard, accepted_at, idempotency_key
+         FROM orders WHERE sale_id = $1",
     )
     .bind(sale_id)
     .fetch_all(&mut *tx)
@@ -33,21 +44,25 @@ pub async fn snapshot(db: &PgPool, sale_id: Uuid) -> sqlx::Result<DbSnapshot> {
     tx.commit().await?;
     Ok(DbSnapshot {
         stock: i64::from(stock),
+        generation,
         sold: i64::from(sold),
         orders: orders
             .into_iter()
-            .map(|(id, shopper, quantity, status, shard, accepted_at)| {
-                (
-                    id.to_string(),
-                    DbOrder {
-                        shopper,
-                        quantity: i64::from(quantity),
-                        status: OrderStatus::parse(&status).unwrap_or(OrderStatus::Failed),
-                        shard: u32::try_from(shard).unwrap_or_default(),
-                        accepted_ms: accepted_at.timestamp_millis(),
-                    },
-                )
-            })
+            .map(
+                |(id, shopper, quantity, status, shard, accepted_at, idempotency_key)| {
+                    (
+                        id.to_string(),
+                        DbOrder {
+                            shopper,
+                            quantity: i64::from(quantity),
+                            status: OrderStatus::parse(&status).unwrap_or(OrderStatus::Failed),
+                            shard: u32::try_from(shard).unwrap_or_default(),
+                            accepted_ms: accepted_at.timestamp_millis(),
+                            idempotency_key,
+                        },
+                    )
+                },
+            )
             .collect(),
         shopper_units: units.into_iter().map(|(s, u)| (s, i64::from(u))).collect(),
     })

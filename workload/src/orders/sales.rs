@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgExecutor};
 use uuid::Uuid;
 
+pub use crate::domain::sale::RedisLife;
 use crate::domain::sale::{SaleConfig, SaleRef};
 
 #[derive(FromRow)]
@@ -21,11 +22,36 @@ struct SaleRow {
     shards: i32,
     generation: i64,
     payment_timeout_ms: i64,
+    incarnation: Option<Uuid>,
+    opened_at: Option<DateTime<Utc>>,
+    redis_lost_at: Option<DateTime<Utc>>,
+    drained_at: Option<DateTime<Utc>>,
 }
 
-const SALE_COLUMNS: &str = "id, namespace, name, sku, stock, start_at, end_at, purchase_limit, shards, generation, payment_timeout_ms";
+const SALE_COLUMNS: &str = "id, namespace, name, sku, stock, start_at, end_at, purchase_limit, shards, generation, payment_timeout_ms, incarnation, opened_at, redis_lost_at, drained_at";
+
+/// A sale's row as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSale {
+    /// Its configuration.
+    pub config: SaleConfig,
+    /// Units in live orders.
+    pub sold: i64,
+    /// Its Redis state, as far as the database knows.
+    pub life: RedisLife,
+    /// Its order topic is drained for good (completed or being deleted).
+    pub drained: bool,
+}
 
 impl SaleRow {
+    fn life(&self) -> RedisLife {
+        RedisLife {
+            incarnation: self.incarnation,
+            opened: self.opened_at.is_some(),
+            lost_since: self.redis_lost_at,
+        }
+    }
+
     /// Rows come from the operator, which validated names; a row that no
     /// longer parses is skipped with a warning rather than failing a listing.
     fn into_config(self) -> Option<SaleConfig> {
@@ -58,13 +84,67 @@ pub async fn list_current<'e>(
     db: impl PgExecutor<'e>,
     namespace: &str,
 ) -> sqlx::Result<Vec<SaleConfig>> {
+    Ok(list(db, namespace, "deleted_at IS NULL")
+        .await?
+        .into_iter()
+        .map(|(config, _)| config)
+        .collect())
+}
+
+/// The current sales of a namespace with what the database knows of their
+/// Redis state (the API's catalog).
+pub async fn list_current_with_life<'e>(
+    db: impl PgExecutor<'e>,
+    namespace: &str,
+) -> sqlx::Result<Vec<(SaleConfig, RedisLife)>> {
+    list(db, namespace, "deleted_at IS NULL").await
+}
+
+/// The current sales of a namespace that still need consumers: not deleted
+/// and not drained for good ([`mark_drained`]).
+pub async fn list_consuming<'e>(
+    db: impl PgExecutor<'e>,
+    namespace: &str,
+) -> sqlx::Result<Vec<SaleConfig>> {
+    Ok(
+        list(db, namespace, "deleted_at IS NULL AND drained_at IS NULL")
+            .await?
+            .into_iter()
+            .map(|(config, _)| config)
+            .collect(),
+    )
+}
+
+/// The sales of `namespace` whose row matches `condition` (a constant of ours).
+async fn list<'e>(
+    db: impl PgExecutor<'e>,
+    namespace: &str,
+    condition: &'static str,
+) -> sqlx::Result<Vec<(SaleConfig, RedisLife)>> {
     let rows: Vec<SaleRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {SALE_COLUMNS} FROM sales WHERE namespace = $1 AND deleted_at IS NULL ORDER BY name"
+        "SELECT {SALE_COLUMNS} FROM sales WHERE namespace = $1 AND {condition} ORDER BY name"
     )))
     .bind(namespace)
     .fetch_all(db)
     .await?;
-    Ok(rows.into_iter().filter_map(SaleRow::into_config).collect())
+    Ok(rows
+        .into_iter()
+        .filter_map(|row| {
+            let life = row.life();
+            Some((row.into_config()?, life))
+        })
+        .collect())
+}
+
+/// Records that the sale's topic is drained for good, so consumers serving a
+/// whole namespace stop for it (idempotent). Returns whether this call set it.
+pub async fn mark_drained<'e>(db: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<bool> {
+    let done =
+        sqlx::query("UPDATE sales SET drained_at = now() WHERE id = $1 AND drained_at IS NULL")
+            .bind(id)
+            .execute(db)
+            .await?;
+    Ok(done.rows_affected() == 1)
 }
 
 /// The current sale named `sale`, if any.
@@ -82,11 +162,9 @@ pub async fn find_current<'e>(
     Ok(row.and_then(SaleRow::into_config))
 }
 
-/// The sale with this id (current or deleted) and the units it sold.
-pub async fn find_by_id<'e>(
-    db: impl PgExecutor<'e>,
-    id: Uuid,
-) -> sqlx::Result<Option<(SaleConfig, i64)>> {
+/// The sale with this id (current or deleted), the units it sold and what
+/// the database knows of its Redis state.
+pub async fn find_by_id<'e>(db: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<Option<StoredSale>> {
     #[derive(FromRow)]
     struct WithSold {
         sold: i32,
@@ -99,7 +177,81 @@ pub async fn find_by_id<'e>(
     .bind(id)
     .fetch_optional(db)
     .await?;
-    Ok(found.and_then(|f| Some((f.row.into_config()?, i64::from(f.sold)))))
+    Ok(found.and_then(|f| {
+        let life = f.row.life();
+        let drained = f.row.drained_at.is_some();
+        Some(StoredSale {
+            config: f.row.into_config()?,
+            sold: i64::from(f.sold),
+            life,
+            drained,
+        })
+    }))
+}
+
+/// Records that the sale's Redis state was lost (idempotent: the first
+/// notice stays): it takes no orders until the operator recovered it.
+/// Returns whether this call noticed it first.
+pub async fn mark_redis_lost<'e>(db: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<bool> {
+    let done = sqlx::query(
+        "UPDATE sales SET redis_lost_at = now() WHERE id = $1 AND redis_lost_at IS NULL",
+    )
+    .bind(id)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Starts a recovery: the lost incarnation `lost` is replaced by a new one
+/// that warm-up loads from the database (idempotent: a second call after the
+/// switch leaves the new one). Returns the current incarnation.
+pub async fn begin_recovery<'e>(
+    db: impl PgExecutor<'e>,
+    id: Uuid,
+    lost: Uuid,
+) -> sqlx::Result<Uuid> {
+    sqlx::query_scalar(
+        "UPDATE sales SET incarnation = CASE WHEN incarnation = $2 THEN $3 ELSE incarnation END,
+                          opened_at = CASE WHEN incarnation = $2 THEN NULL ELSE opened_at END
+         WHERE id = $1 RETURNING incarnation",
+    )
+    .bind(id)
+    .bind(lost)
+    .bind(Uuid::new_v4())
+    .fetch_one(db)
+    .await
+}
+
+/// Records that the sale's Redis state is being removed on purpose (cleanup,
+/// deletion): from now on its absence is no loss.
+pub async fn mark_closed<'e>(db: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<()> {
+    sqlx::query("UPDATE sales SET opened_at = NULL WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Records that `incarnation` is loaded, verified and open: a recovery ends.
+/// Returns how long the sale was closed by a loss, if it was.
+pub async fn mark_opened<'e>(
+    db: impl PgExecutor<'e>,
+    id: Uuid,
+    incarnation: Uuid,
+) -> sqlx::Result<Option<std::time::Duration>> {
+    let closed: Option<Option<f64>> = sqlx::query_scalar(
+        "WITH before AS (SELECT redis_lost_at FROM sales WHERE id = $1)
+         UPDATE sales SET opened_at = now(), redis_lost_at = NULL
+         WHERE id = $1 AND incarnation = $2
+         RETURNING (SELECT extract(epoch FROM now() - redis_lost_at)::float8 FROM before)",
+    )
+    .bind(id)
+    .bind(incarnation)
+    .fetch_optional(db)
+    .await?;
+    Ok(closed
+        .flatten()
+        .map(|secs| std::time::Duration::from_secs_f64(secs.max(0.0))))
 }
 
 /// Marks the sale deleted (its resource is gone); its orders stay.
@@ -109,6 +261,39 @@ pub async fn mark_deleted<'e>(db: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result
         .execute(db)
         .await?;
     Ok(())
+}
+
+/// Lowers (or sets) the sale's stock to `stock` as stock generation
+/// `generation`, once: a shrink whose units already left Redis. Never below
+/// the units sold. Returns whether the row changed.
+pub async fn set_stock<'e>(
+    db: impl PgExecutor<'e>,
+    id: Uuid,
+    stock: i64,
+    generation: i64,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query(
+        "UPDATE sales SET stock = $2, generation = $3, updated_at = now()
+         WHERE id = $1 AND generation < $3 AND sold <= $2",
+    )
+    .bind(id)
+    .bind(stock as i32)
+    .bind(generation)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// The incarnation of the sale's Redis state, chosen (and stored) on first
+/// use: a warm-up records it before it loads any shard.
+pub async fn incarnation<'e>(db: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<Uuid> {
+    sqlx::query_scalar(
+        "UPDATE sales SET incarnation = COALESCE(incarnation, $2) WHERE id = $1 RETURNING incarnation",
+    )
+    .bind(id)
+    .bind(Uuid::new_v4())
+    .fetch_one(db)
+    .await
 }
 
 /// Creates the sale's row, or updates its configuration (idempotent). The

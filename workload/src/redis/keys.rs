@@ -20,12 +20,18 @@ pub struct ShardKeys {
     pub units: String,
     /// Reservations by order id.
     pub reservations: String,
+    /// Reservations still R (reserved, not claimed), scored by creation time.
+    pub pending: String,
     /// Order id by (shopper, idempotency key).
     pub idempotency: String,
     /// Transfers taken out of this shard, by transfer id.
     pub transfers_out: String,
     /// Transfers credited to this shard, by transfer id.
     pub transfers_in: String,
+    /// Transfers taken out of this shard and not yet credited, scored by creation time.
+    pub in_transit: String,
+    /// Units a shrink took out of this shard, by shrink id.
+    pub withdrawals: String,
 }
 
 impl ShardKeys {
@@ -37,22 +43,28 @@ impl ShardKeys {
             stock: format!("{base}:stock"),
             units: format!("{base}:units"),
             reservations: format!("{base}:res"),
+            pending: format!("{base}:pend"),
             idempotency: format!("{base}:idem"),
             transfers_out: format!("{base}:xout"),
             transfers_in: format!("{base}:xin"),
+            in_transit: format!("{base}:xpend"),
+            withdrawals: format!("{base}:wd"),
         }
     }
 
     /// All keys of the shard, for cleanup.
-    pub fn all(&self) -> [&str; 7] {
+    pub fn all(&self) -> [&str; 10] {
         [
             &self.meta,
             &self.stock,
             &self.units,
             &self.reservations,
+            &self.pending,
             &self.idempotency,
             &self.transfers_out,
             &self.transfers_in,
+            &self.in_transit,
+            &self.withdrawals,
         ]
     }
 }

@@ -18,8 +18,18 @@ pub struct Scripts {
     pub transfer_out: Script,
     /// `lua/transfer_in.lua`: credits a transfer to the receiving shard, once.
     pub transfer_in: Script,
-    /// `lua/restock.lua`: applies a stock change once per generation.
+    /// `lua/restock.lua`: records a stock change once per generation.
     pub restock: Script,
+    /// `lua/withdraw.lua`: a shrink takes units out of a shard (or gives them back).
+    pub withdraw: Script,
+    /// `lua/warm.lua`: loads one shard once per incarnation.
+    pub warm: Script,
+    /// `lua/probe.lua`: what a sold-out decision reads from a shard.
+    pub probe: Script,
+    /// `lua/stale.lua`: the old members of a time-scored set.
+    pub stale: Script,
+    /// `lua/fence.lua`: marks a shard of a lost state so it sells nothing.
+    pub fence: Script,
 }
 
 /// The process-wide scripts.
@@ -30,4 +40,9 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     transfer_out: Script::new(include_str!("../../../lua/transfer_out.lua")),
     transfer_in: Script::new(include_str!("../../../lua/transfer_in.lua")),
     restock: Script::new(include_str!("../../../lua/restock.lua")),
+    withdraw: Script::new(include_str!("../../../lua/withdraw.lua")),
+    warm: Script::new(include_str!("../../../lua/warm.lua")),
+    probe: Script::new(include_str!("../../../lua/probe.lua")),
+    stale: Script::new(include_str!("../../../lua/stale.lua")),
+    fence: Script::new(include_str!("../../../lua/fence.lua")),
 });

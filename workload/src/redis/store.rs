@@ -5,7 +5,7 @@
 //! [`keys`]: super::keys
 //! [`scripts`]: super::scripts
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use futures::future::try_join_all;
 use redis::{AsyncCommands, Value};
@@ -17,9 +17,11 @@ use crate::domain::purchase::{
     ReleaseOutcome, ReplyField, Reservation, ReservationState, ShardDecision, UnexpectedReply,
     read_purchase_reply, read_release_reply,
 };
-use crate::domain::reconcile::{Repair, ShardSnapshot, TransferOut, parse_transfer_in};
-use crate::domain::sale::{LoadedSale, SaleConfig, SaleMeta, SaleRef, verify_load};
-use crate::domain::shard::split_stock;
+use crate::domain::reconcile::{DbSnapshot, Repair, ShardSnapshot, TransferOut, parse_transfer_in};
+use crate::domain::sale::{
+    LoadedSale, SaleConfig, SaleMeta, SaleRef, ShardLoad, shard_loads, verify_load,
+};
+use crate::domain::stock::{ShardProbe, active_withdrawal, shrink_id};
 
 /// A Redis call failed, or answered what the scripts never answer.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +32,13 @@ pub enum StoreError {
     /// A script replied outside its contract.
     #[error(transparent)]
     Unexpected(#[from] UnexpectedReply),
+    /// A shard the call writes to has no metadata: the sale's Redis state was
+    /// lost (a restart, a flush, a failover), so nothing was written.
+    #[error("shard {shard} of the sale has no metadata: its Redis state was lost")]
+    StateLost {
+        /// The shard.
+        shard: u32,
+    },
 }
 
 /// A warm-up that did not complete.
@@ -47,6 +56,18 @@ impl From<redis::RedisError> for WarmError {
     fn from(e: redis::RedisError) -> Self {
         Self::Store(e.into())
     }
+}
+
+/// What became of a shrink in Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShrinkOutcome {
+    /// Every unit left the shards and the new total is recorded.
+    Shrunk,
+    /// Fewer units were unsold than the shrink removes; nothing changed.
+    NotEnoughUnsold {
+        /// Units that were still unsold.
+        unsold: i64,
+    },
 }
 
 /// What `lua/claim.lua` found.
@@ -131,6 +152,7 @@ impl SaleStore {
             .key(&keys.units)
             .key(&keys.reservations)
             .key(&keys.idempotency)
+            .key(&keys.pending)
             .arg(shopper)
             .arg(quantity)
             .arg(order_id)
@@ -150,6 +172,41 @@ impl SaleStore {
         expected: ReservationState,
         min_age_ms: i64,
     ) -> Result<ReleaseOutcome, StoreError> {
+        self.run_release(sale, shard, order_id, expected, min_age_ms, "")
+            .await
+    }
+
+    /// The API gives up on its own purchase `order_id` of `shopper`: releases
+    /// the reservation if the script made one, and otherwise leaves a
+    /// released tombstone, so that a purchase script of this id that runs
+    /// late (its reply timed out) reserves nothing.
+    pub async fn abandon(
+        &self,
+        sale: &SaleRef,
+        shard: u32,
+        order_id: &str,
+        shopper: &str,
+    ) -> Result<ReleaseOutcome, StoreError> {
+        self.run_release(
+            sale,
+            shard,
+            order_id,
+            ReservationState::Reserved,
+            0,
+            shopper,
+        )
+        .await
+    }
+
+    async fn run_release(
+        &self,
+        sale: &SaleRef,
+        shard: u32,
+        order_id: &str,
+        expected: ReservationState,
+        min_age_ms: i64,
+        tombstone: &str,
+    ) -> Result<ReleaseOutcome, StoreError> {
         let keys = ShardKeys::new(sale, shard);
         let letter = match expected {
             ReservationState::Reserved => "R",
@@ -161,9 +218,12 @@ impl SaleStore {
             .key(&keys.stock)
             .key(&keys.units)
             .key(&keys.reservations)
+            .key(&keys.meta)
+            .key(&keys.pending)
             .arg(order_id)
             .arg(letter)
             .arg(min_age_ms)
+            .arg(tombstone)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(read_release_reply(&reply)?)
@@ -180,6 +240,7 @@ impl SaleStore {
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
         let keys = ShardKeys::new(sale, shard);
         let mut invocation = SCRIPTS.claim.key(&keys.reservations);
+        invocation.key(&keys.pending);
         for id in order_ids {
             invocation.arg(id);
         }
@@ -197,7 +258,8 @@ impl SaleStore {
     }
 
     /// First half of a transfer: takes up to `wanted` (or half the donor's
-    /// stock, if more) out of `donor`. Returns (units taken, Redis time ms).
+    /// stock, if more) out of `donor`, once per `transfer_id`. Returns (units
+    /// taken, Redis time ms).
     pub async fn transfer_out(
         &self,
         sale: &SaleRef,
@@ -211,6 +273,7 @@ impl SaleStore {
             .transfer_out
             .key(&keys.stock)
             .key(&keys.transfers_out)
+            .key(&keys.in_transit)
             .arg(transfer_id)
             .arg(to)
             .arg(wanted)
@@ -222,34 +285,145 @@ impl SaleStore {
         }
     }
 
-    /// Second half of a transfer: credits `amount` to `to`, once per id;
-    /// refuses a transfer older than `max_age_ms` (0 = any age). Returns
-    /// whether this call credited it.
+    /// Second half of a transfer: credits `amount` to `to`, once per id, then
+    /// takes the transfer off the donor's in-transit set. Returns whether this
+    /// call credited it. A receiving shard without metadata (its state was
+    /// lost) is not written: [`StoreError::StateLost`].
     pub async fn transfer_in(
         &self,
         sale: &SaleRef,
+        donor: u32,
         to: u32,
         transfer_id: &str,
         amount: i64,
-        created_ms: i64,
-        max_age_ms: i64,
     ) -> Result<bool, StoreError> {
         let keys = ShardKeys::new(sale, to);
         let reply: Vec<i64> = SCRIPTS
             .transfer_in
             .key(&keys.stock)
             .key(&keys.transfers_in)
+            .key(&keys.meta)
             .arg(transfer_id)
             .arg(amount)
-            .arg(created_ms)
-            .arg(max_age_ms)
             .invoke_async(&mut self.conn.clone())
             .await?;
-        match reply.as_slice() {
-            [0] => Ok(true),
-            [1 | 2] => Ok(false),
-            _ => Err(UnexpectedReply(reply.into_iter().map(ReplyField::Int).collect()).into()),
+        let credited = match reply.as_slice() {
+            [0] => true,
+            [1] => false,
+            [3] => return Err(StoreError::StateLost { shard: to }),
+            _ => {
+                return Err(
+                    UnexpectedReply(reply.into_iter().map(ReplyField::Int).collect()).into(),
+                );
+            }
+        };
+        let () = self
+            .conn
+            .clone()
+            .zrem(ShardKeys::new(sale, donor).in_transit, transfer_id)
+            .await?;
+        Ok(credited)
+    }
+
+    /// Transfers taken out of `donor` at least `min_age_ms` ago (by that
+    /// node's clock) and not credited yet: (id, receiving shard, units).
+    pub async fn stale_transfers(
+        &self,
+        sale: &SaleRef,
+        donor: u32,
+        min_age_ms: i64,
+    ) -> Result<Vec<(String, u32, i64)>, StoreError> {
+        let keys = ShardKeys::new(sale, donor);
+        let (_, ids) = self.stale(&keys.in_transit, min_age_ms).await?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
         }
+        let ids: Vec<String> = ids.into_iter().map(|(id, _)| id).collect();
+        let records: Vec<Option<String>> = redis::cmd("HMGET")
+            .arg(&keys.transfers_out)
+            .arg(&ids)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(ids
+            .into_iter()
+            .zip(records)
+            .filter_map(|(id, record)| {
+                let out = TransferOut::parse(&record?)?;
+                Some((id, out.to, out.amount))
+            })
+            .collect())
+    }
+
+    /// Reservations of `shard` still R at least `min_age_ms` after they were
+    /// made (by that node's clock): the node's time now, and (order id,
+    /// created ms) of each.
+    pub async fn stale_reservations(
+        &self,
+        sale: &SaleRef,
+        shard: u32,
+        min_age_ms: i64,
+    ) -> Result<(i64, Vec<(String, i64)>), StoreError> {
+        self.stale(&ShardKeys::new(sale, shard).pending, min_age_ms)
+            .await
+    }
+
+    /// Runs `lua/stale.lua` on a time-scored set (at most 1,000 members).
+    async fn stale(
+        &self,
+        key: &str,
+        min_age_ms: i64,
+    ) -> Result<(i64, Vec<(String, i64)>), StoreError> {
+        let reply: Vec<Value> = SCRIPTS
+            .stale
+            .key(key)
+            .arg(min_age_ms)
+            .arg(1000)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        let text = |v: &Value| match v {
+            Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            Value::SimpleString(s) => Some(s.clone()),
+            Value::Int(i) => Some(i.to_string()),
+            _ => None,
+        };
+        let unexpected = || StoreError::from(UnexpectedReply(vec![]));
+        let (now, members) = reply.split_first().ok_or_else(unexpected)?;
+        let now: i64 = text(now)
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(unexpected)?;
+        let members = members
+            .chunks(2)
+            .filter_map(|pair| {
+                let [member, score] = pair else { return None };
+                let score: f64 = text(score)?.parse().ok()?;
+                Some((text(member)?, score as i64))
+            })
+            .collect();
+        Ok((now, members))
+    }
+
+    /// What a sold-out decision reads from every shard (`lua/probe.lua`),
+    /// each shard atomically: (units left, transfers in transit, arrivals).
+    pub async fn probe(&self, sale: &SaleRef, shards: u32) -> Result<Vec<ShardProbe>, StoreError> {
+        try_join_all((0..shards).map(|shard| async move {
+            let keys = ShardKeys::new(sale, shard);
+            let reply: Vec<i64> = SCRIPTS
+                .probe
+                .key(&keys.stock)
+                .key(&keys.in_transit)
+                .key(&keys.meta)
+                .invoke_async(&mut self.conn.clone())
+                .await?;
+            match reply.as_slice() {
+                [stock, in_transit, arrivals] => Ok(ShardProbe {
+                    stock: *stock,
+                    in_transit: *in_transit,
+                    arrivals: *arrivals,
+                }),
+                _ => Err(UnexpectedReply(reply.into_iter().map(ReplyField::Int).collect()).into()),
+            }
+        }))
+        .await
     }
 
     /// The reservation under `order_id` in `shard`, if any.
@@ -333,6 +507,22 @@ impl SaleStore {
         Ok(())
     }
 
+    /// Marks every shard that still has metadata as lost (`lua/fence.lua`):
+    /// its purchases answer "state lost" until a recovery loads a new
+    /// incarnation. A shard without metadata refuses purchases already.
+    pub async fn fence(&self, sale: &SaleRef, shards: u32) -> Result<(), StoreError> {
+        try_join_all((0..shards).map(|shard| async move {
+            let _: i64 = SCRIPTS
+                .fence
+                .key(ShardKeys::new(sale, shard).meta)
+                .invoke_async(&mut self.conn.clone())
+                .await?;
+            Ok::<_, StoreError>(())
+        }))
+        .await?;
+        Ok(())
+    }
+
     /// Sets each shard's stock (warm-up and repairs), no TTL.
     pub async fn set_stocks(&self, sale: &SaleRef, stocks: &[i64]) -> Result<(), StoreError> {
         try_join_all(stocks.iter().enumerate().map(|(shard, stock)| async move {
@@ -347,37 +537,72 @@ impl SaleStore {
         Ok(())
     }
 
-    /// Warms a sale: loads its unsold stock over the shards and its metadata
-    /// (not yet open), reads everything back and verifies it against
-    /// `config` and `sold`, and only then marks every shard warmed. No warm,
-    /// no open. Never call it on a warmed sale: it overwrites the stock.
+    /// Warms a new sale under `incarnation` with `sold` units already sold
+    /// and nothing else to restore: see [`SaleStore::warm_from`].
     pub async fn warm(
         &self,
         config: &SaleConfig,
         sold: i64,
         paused: bool,
+        incarnation: &str,
     ) -> Result<(), WarmError> {
-        let split: Vec<i64> = split_stock((config.stock - sold).max(0) as u64, config.shards)
-            .into_iter()
-            .map(|units| units as i64)
-            .collect();
-        self.set_stocks(&config.sale, &split).await?;
+        let db = DbSnapshot {
+            stock: config.stock,
+            generation: config.generation,
+            sold,
+            ..DbSnapshot::default()
+        };
+        self.warm_from(config, &db, paused, incarnation).await
+    }
+
+    /// Warms a sale under `incarnation` (stored in the database first) from
+    /// what the database holds (`db`, one snapshot): each shard is loaded once
+    /// per incarnation — its part of the unsold stock with its metadata, not
+    /// yet open, all of its older keys gone — then, while still closed, the
+    /// units, claimed reservations and idempotency keys of its shoppers (a
+    /// recovered state). Everything is read back and verified before every
+    /// shard opens. A warm-up that failed half-way resumes: a shard of this
+    /// incarnation is never loaded again (it may be open and selling).
+    pub async fn warm_from(
+        &self,
+        config: &SaleConfig,
+        db: &DbSnapshot,
+        paused: bool,
+        incarnation: &str,
+    ) -> Result<(), WarmError> {
+        let loads = shard_loads(config, db);
         let closed = config.meta(false, paused, false);
-        self.write_meta(&config.sale, config.shards, &closed)
-            .await?;
-        let () = self
-            .conn
-            .clone()
-            .hset_multiple(
-                ShardKeys::new(&config.sale, 0).meta,
-                &[
-                    ("stock_total", config.stock),
-                    ("generation", config.generation),
-                ],
-            )
-            .await?;
+        let fields = closed.to_fields();
+        try_join_all(loads.iter().enumerate().map(|(shard, load)| {
+            let fields = &fields;
+            async move {
+                let keys = ShardKeys::new(&config.sale, shard as u32);
+                let mut invocation = SCRIPTS.warm.key(&keys.meta);
+                for key in keys.all().into_iter().filter(|k| *k != keys.meta) {
+                    invocation.key(key);
+                }
+                invocation.arg(incarnation).arg(load.stock);
+                for (name, value) in fields {
+                    invocation.arg(*name).arg(value);
+                }
+                if shard == 0 {
+                    invocation
+                        .arg("stock_total")
+                        .arg(db.stock)
+                        .arg("generation")
+                        .arg(db.generation);
+                }
+                let reply: Vec<i64> = invocation.invoke_async(&mut self.conn.clone()).await?;
+                // An open shard may have sold since: its data is live.
+                if reply.as_slice() != [2] {
+                    self.load_shard(&keys, load).await?;
+                }
+                Ok::<_, StoreError>(())
+            }
+        }))
+        .await?;
         let loaded = self.loaded(&config.sale, config.shards).await?;
-        verify_load(config, sold, &closed, &loaded).map_err(WarmError::Mismatch)?;
+        verify_load(config, db.sold, &closed, incarnation, &loaded).map_err(WarmError::Mismatch)?;
         self.write_meta(
             &config.sale,
             config.shards,
@@ -387,31 +612,64 @@ impl SaleStore {
         Ok(())
     }
 
+    /// Writes a closed shard's shoppers' units, reservations and idempotency
+    /// keys, in chunks (idempotent: the same values again).
+    async fn load_shard(&self, keys: &ShardKeys, load: &ShardLoad) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        for chunk in load.units.chunks(1000) {
+            let () = conn.hset_multiple(&keys.units, chunk).await?;
+        }
+        for chunk in load.reservations.chunks(1000) {
+            let () = conn.hset_multiple(&keys.reservations, chunk).await?;
+        }
+        for chunk in load.idempotency.chunks(1000) {
+            let () = conn.hset_multiple(&keys.idempotency, chunk).await?;
+        }
+        Ok(())
+    }
+
     /// What Redis holds of the sale's stock and metadata.
     pub async fn loaded(&self, sale: &SaleRef, shards: u32) -> Result<LoadedSale, StoreError> {
         let stocks = self.shard_stocks(sale, shards).await?;
-        let metas = try_join_all((0..shards).map(|shard| self.meta(sale, shard))).await?;
-        let (stock_total, generation): (Option<i64>, Option<i64>) = self
-            .conn
-            .clone()
-            .hmget(ShardKeys::new(sale, 0).meta, &["stock_total", "generation"])
-            .await?;
+        let hashes = try_join_all((0..shards).map(|shard| async move {
+            let fields: HashMap<String, String> = self
+                .conn
+                .clone()
+                .hgetall(ShardKeys::new(sale, shard).meta)
+                .await?;
+            Ok::<_, StoreError>(fields)
+        }))
+        .await?;
+        let number = |name: &str| hashes.first()?.get(name)?.parse().ok();
         Ok(LoadedSale {
             stocks,
-            metas,
-            stock_total,
-            generation,
+            metas: hashes.iter().map(SaleMeta::from_fields).collect(),
+            incarnations: hashes.iter().map(|h| h.get("inc").cloned()).collect(),
+            stock_total: number("stock_total"),
+            generation: number("generation"),
         })
     }
 
-    /// Applies the sale's stock total of `generation` to Redis once
-    /// (`lua/restock.lua`). Returns the units added (negative: removed), or
-    /// `None` when that generation was applied already.
+    /// Applies the sale's raised stock total of `generation` to Redis once
+    /// (`lua/restock.lua`, the database was raised first). Returns the units
+    /// added, or `None` when that generation was applied already.
     pub async fn restock(
         &self,
         sale: &SaleRef,
         total: i64,
         generation: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        self.record_stock(sale, total, generation, "add").await
+    }
+
+    /// Runs `lua/restock.lua` in `mode` (`add`: move shard 0's stock by the
+    /// difference; `record`: a shrink's withdrawals moved it already).
+    async fn record_stock(
+        &self,
+        sale: &SaleRef,
+        total: i64,
+        generation: i64,
+        mode: &str,
     ) -> Result<Option<i64>, StoreError> {
         let keys = ShardKeys::new(sale, 0);
         let reply: Vec<i64> = SCRIPTS
@@ -420,6 +678,7 @@ impl SaleStore {
             .key(&keys.meta)
             .arg(total)
             .arg(generation)
+            .arg(mode)
             .invoke_async(&mut self.conn.clone())
             .await?;
         match reply.as_slice() {
@@ -427,6 +686,103 @@ impl SaleStore {
             [1] | [2] => Ok(None),
             _ => Err(UnexpectedReply(reply.into_iter().map(ReplyField::Int).collect()).into()),
         }
+    }
+
+    /// Shrinks a warmed sale to `total` as its stock `generation`, Redis
+    /// first: takes `total_before - total` units out of the shards (shard by
+    /// shard, once per shrink and shard), and only when every unit could be
+    /// taken records the new total. Otherwise the units taken go back and
+    /// the answer is the units that could be taken: fewer unsold units remain
+    /// than the shrink removes. The database is lowered after `Ok(Shrunk)`.
+    pub async fn shrink(
+        &self,
+        sale: &SaleRef,
+        shards: u32,
+        total_before: i64,
+        total: i64,
+        generation: i64,
+    ) -> Result<ShrinkOutcome, StoreError> {
+        let id = shrink_id(generation, total);
+        let wanted = total_before - total;
+        let mut taken = 0;
+        for shard in 0..shards {
+            let left = wanted - taken;
+            taken += self.withdraw(sale, shard, &id, "take", left).await?;
+        }
+        if taken < wanted {
+            self.undo_shrink(sale, shards, &id).await?;
+            return Ok(ShrinkOutcome::NotEnoughUnsold { unsold: taken });
+        }
+        self.record_stock(sale, total, generation, "record").await?;
+        Ok(ShrinkOutcome::Shrunk)
+    }
+
+    /// Gives back the units of shrink `id` (one that was refused, or replaced
+    /// by another stock change before it completed). Idempotent.
+    pub async fn undo_shrink(
+        &self,
+        sale: &SaleRef,
+        shards: u32,
+        id: &str,
+    ) -> Result<i64, StoreError> {
+        let mut returned = 0;
+        for shard in 0..shards {
+            returned += self.withdraw(sale, shard, id, "undo", 0).await?;
+        }
+        Ok(returned)
+    }
+
+    async fn withdraw(
+        &self,
+        sale: &SaleRef,
+        shard: u32,
+        id: &str,
+        mode: &str,
+        wanted: i64,
+    ) -> Result<i64, StoreError> {
+        let keys = ShardKeys::new(sale, shard);
+        let reply: Vec<i64> = SCRIPTS
+            .withdraw
+            .key(&keys.stock)
+            .key(&keys.withdrawals)
+            .key(&keys.meta)
+            .arg(id)
+            .arg(mode)
+            .arg(wanted)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        match reply.as_slice() {
+            [-1] => Err(StoreError::StateLost { shard }),
+            [units] => Ok(*units),
+            _ => Err(UnexpectedReply(reply.into_iter().map(ReplyField::Int).collect()).into()),
+        }
+    }
+
+    /// Shrinks whose units are out of the shards but not yet recorded as the
+    /// sale's total (an interrupted shrink): their ids and units, over every
+    /// shard.
+    pub async fn pending_shrinks(
+        &self,
+        sale: &SaleRef,
+        shards: u32,
+        generation: i64,
+    ) -> Result<BTreeMap<String, i64>, StoreError> {
+        let all = try_join_all((0..shards).map(|shard| async move {
+            let records: HashMap<String, String> = self
+                .conn
+                .clone()
+                .hgetall(ShardKeys::new(sale, shard).withdrawals)
+                .await?;
+            Ok::<_, StoreError>(records)
+        }))
+        .await?;
+        let mut pending = BTreeMap::new();
+        for (id, record) in all.into_iter().flatten() {
+            if let Some(units) = active_withdrawal(&id, &record, generation) {
+                *pending.entry(id).or_default() += units;
+            }
+        }
+        Ok(pending)
     }
 
     /// Deletes every key of every shard, metadata last: while any shard still
@@ -466,12 +822,13 @@ impl SaleStore {
     }
 
     /// Reads one shard atomically (MULTI/EXEC: its keys share a slot), with
-    /// Redis's clock.
+    /// Redis's clock and the stock generation its metadata records (shard 0's
+    /// is the sale's).
     pub async fn snapshot(
         &self,
         sale: &SaleRef,
         shard: u32,
-    ) -> Result<(ShardSnapshot, i64), StoreError> {
+    ) -> Result<(ShardSnapshot, i64, Option<i64>), StoreError> {
         let keys = ShardKeys::new(sale, shard);
         type Raw = (
             Option<i64>,
@@ -479,19 +836,31 @@ impl SaleStore {
             HashMap<String, String>,
             HashMap<String, String>,
             HashMap<String, String>,
+            HashMap<String, String>,
+            Option<i64>,
             (i64, i64),
         );
-        let (stock, units, reservations, transfers_out, transfers_in, (secs, micros)): Raw =
-            redis::pipe()
-                .atomic()
-                .get(&keys.stock)
-                .hgetall(&keys.units)
-                .hgetall(&keys.reservations)
-                .hgetall(&keys.transfers_out)
-                .hgetall(&keys.transfers_in)
-                .cmd("TIME")
-                .query_async(&mut self.conn.clone())
-                .await?;
+        let (
+            stock,
+            units,
+            reservations,
+            transfers_out,
+            transfers_in,
+            withdrawals,
+            generation,
+            (secs, micros),
+        ): Raw = redis::pipe()
+            .atomic()
+            .get(&keys.stock)
+            .hgetall(&keys.units)
+            .hgetall(&keys.reservations)
+            .hgetall(&keys.transfers_out)
+            .hgetall(&keys.transfers_in)
+            .hgetall(&keys.withdrawals)
+            .hget(&keys.meta, "generation")
+            .cmd("TIME")
+            .query_async(&mut self.conn.clone())
+            .await?;
         let snapshot = ShardSnapshot {
             stock: stock.unwrap_or_default(),
             units: units.into_iter().collect(),
@@ -507,8 +876,9 @@ impl SaleStore {
                 .into_iter()
                 .filter_map(|(id, t)| Some((id, parse_transfer_in(&t)?)))
                 .collect(),
+            withdrawals: withdrawals.into_iter().collect(),
         };
-        Ok((snapshot, secs * 1000 + micros / 1000))
+        Ok((snapshot, secs * 1000 + micros / 1000, generation))
     }
 
     /// Applies one reconciliation repair. Returns whether Redis changed.
@@ -517,27 +887,10 @@ impl SaleStore {
         Ok(match repair {
             Repair::FinishTransfer {
                 id,
+                from,
                 to,
                 amount,
-                created_ms,
-            } => {
-                self.transfer_in(sale, *to, id, *amount, *created_ms, 0)
-                    .await?
-            }
-            Repair::PruneTransfer { id, from, to } => {
-                // Donor first: an orphan credit is harmless, an orphan debit would be finished again.
-                if let Some(from) = from {
-                    let () = conn
-                        .hdel(ShardKeys::new(sale, *from).transfers_out, id)
-                        .await?;
-                }
-                if let Some(to) = to {
-                    let () = conn
-                        .hdel(ShardKeys::new(sale, *to).transfers_in, id)
-                        .await?;
-                }
-                true
-            }
+            } => self.transfer_in(sale, *from, *to, id, *amount).await?,
             Repair::Release {
                 order_id,
                 shard,

@@ -241,11 +241,46 @@ impl TestApi {
 
     /// POST a purchase as `shopper` (development identity).
     pub async fn buy(&self, sale: &SaleRef, shopper: &str, quantity: i64) -> Answer {
-        let response = self
+        self.buy_with_key(sale, shopper, quantity, None).await
+    }
+
+    /// POST a purchase as `shopper`, with an `Idempotency-Key` if given.
+    pub async fn buy_with_key(
+        &self,
+        sale: &SaleRef,
+        shopper: &str,
+        quantity: i64,
+        key: Option<&str>,
+    ) -> Answer {
+        let mut request = self
             .client
             .post(format!("{}/v1/sales/{}/orders", self.url, sale.name))
             .header("x-user-id", shopper)
-            .json(&serde_json::json!({ "quantity": quantity }))
+            .json(&serde_json::json!({ "quantity": quantity }));
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
+        Answer::read(request.send().await.unwrap()).await
+    }
+
+    /// POST to an order's route (`pay`, `cancel`) as `shopper`.
+    pub async fn order_action(&self, order: Uuid, shopper: &str, action: &str) -> Answer {
+        let response = self
+            .client
+            .post(format!("{}/v1/orders/{order}/{action}", self.url))
+            .header("x-user-id", shopper)
+            .send()
+            .await
+            .unwrap();
+        Answer::read(response).await
+    }
+
+    /// GET an order as `shopper`.
+    pub async fn order(&self, order: Uuid, shopper: &str) -> Answer {
+        let response = self
+            .client
+            .get(format!("{}/v1/orders/{order}", self.url))
+            .header("x-user-id", shopper)
             .send()
             .await
             .unwrap();
@@ -448,4 +483,88 @@ pub async fn storm(
         }
     }
     result
+}
+
+/// A shopper id whose home is `shard` among `shards` (`prefix-<n>`, the first n).
+pub fn shopper_homed(prefix: &str, shard: u32, shards: u32) -> String {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|s| flashsale_workload::domain::shard::home_shard(s, shards) == shard)
+        .unwrap()
+}
+
+/// Units in each shard of the sale.
+pub async fn shard_stocks(store: &SaleStore, config: &SaleConfig) -> Vec<i64> {
+    store
+        .shard_stocks(&config.sale, config.shards)
+        .await
+        .unwrap()
+}
+
+/// Polls `check` every 100 ms until it holds; the time it took, or a panic
+/// naming `what` after `timeout`.
+pub async fn within<F, Fut>(timeout: Duration, what: &str, mut check: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = std::time::Instant::now();
+    loop {
+        if check().await {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "{what}: not within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A warmed live sale on `target`, its database and an API serving its
+/// namespace (with its janitor).
+pub struct LiveSale {
+    pub api: std::sync::Arc<TestApi>,
+    pub config: SaleConfig,
+    pub store: SaleStore,
+    pub db: PgPool,
+}
+
+impl LiveSale {
+    pub async fn start(target: RedisTarget, stock: i64, shards: u32, limit: i64) -> Self {
+        Self::start_with(target, stock, shards, limit, |_| {}).await
+    }
+
+    /// The same, with the API's options adjusted by `adjust`.
+    pub async fn start_with(
+        target: RedisTarget,
+        stock: i64,
+        shards: u32,
+        limit: i64,
+        adjust: impl FnOnce(&mut ApiOptions),
+    ) -> Self {
+        let db = fresh_database().await;
+        let namespace = stack::unique_name("ns");
+        let config = create_sale(&db, &SaleSpec::live(&namespace, stock, shards, limit)).await;
+        let store = store(&target).await;
+        store
+            .warm(&config, 0, false, &config.id.to_string())
+            .await
+            .unwrap();
+        let mut options = ApiOptions::new(&namespace, target, &db);
+        adjust(&mut options);
+        let api = TestApi::start(options).await;
+        api.wait_for_sale(&config.sale).await;
+        Self {
+            api: std::sync::Arc::new(api),
+            config,
+            store,
+            db,
+        }
+    }
+
+    /// Units left over all shards.
+    pub async fn remaining(&self) -> i64 {
+        shard_stocks(&self.store, &self.config).await.iter().sum()
+    }
 }

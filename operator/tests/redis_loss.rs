@@ -1,0 +1,339 @@
+//! Redis is the sale's working memory, not its record: a live storm loses it
+//! (the node SIGKILLed and restarted empty; a Cluster master SIGKILLed and
+//! its replica promoted) and still every 202 is an order, no shopper goes
+//! above the limit, an idempotent retry across the loss returns the first
+//! order, and the sale sells through to exactly its stock (I1–I6).
+
+mod common;
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flashsale_operator::crd::{FlashSale, SaleState};
+use flashsale_testkit as stack;
+use flashsale_workload::domain::sale::SaleRef;
+use flashsale_workload::domain::shard::home_shard;
+use flashsale_workload::redis::keys::ShardKeys;
+use kube::Api;
+use tokio::sync::Mutex;
+
+const STOCK: i64 = 200;
+const SHARDS: u32 = 4;
+
+/// Restarts the killed Redis process through the stack's script, on every
+/// exit path (panics included): a killed node comes back (empty), a killed
+/// cluster master rejoins as a replica.
+struct Restart(&'static str, String);
+
+impl Restart {
+    fn now(&self) {
+        let out = Command::new(stack::repo_dir().join("e2e/stack/redis.sh"))
+            .args(["restart", &self.1])
+            .env("FLASHSALE_RUN", stack::run_dir())
+            .output()
+            .expect("redis.sh runs");
+        assert!(
+            out.status.success(),
+            "{} restart failed: {}",
+            self.0,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for Restart {
+    fn drop(&mut self) {
+        self.now();
+    }
+}
+
+/// SIGKILLs the stack's Redis process `name` (its pid file).
+fn kill(name: &str) {
+    let pid = std::fs::read_to_string(stack::run_dir().join(format!("pids/{name}.pid")))
+        .unwrap_or_else(|e| panic!("no pid file for {name}: {e}"));
+    let status = Command::new("kill")
+        .args(["-KILL", pid.trim()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {name}");
+}
+
+/// What the storm's shoppers were told, first answers and retries.
+#[derive(Default)]
+struct Told {
+    /// Shopper -> the order id of their 202 (the first, and every retry's).
+    orders: HashMap<String, Vec<String>>,
+    /// When each 202 came, for a shopper homed in shard 0 (the shard every
+    /// test loses).
+    shard0_accepted_at: Vec<Instant>,
+}
+
+/// One shopper buying one unit with an `Idempotency-Key`, retrying the
+/// same key after a 503 as real clients do, until a 202 or a 409.
+async fn shopper(api: Arc<common::ApiProcess>, told: Arc<Mutex<Told>>, sale: String, who: String) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (status, detail) = api.buy_with_key(&sale, &who, Some(&who)).await;
+        match status {
+            202 => {
+                let mut told = told.lock().await;
+                if home_shard(&who, SHARDS) == 0 {
+                    told.shard0_accepted_at.push(Instant::now());
+                }
+                told.orders.entry(who).or_default().push(detail);
+                return;
+            }
+            409 => return,
+            503 => {
+                assert!(Instant::now() < deadline, "{who} still refused: {detail}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            _ => panic!("{who}: {status} {detail}"),
+        }
+    }
+}
+
+/// The storm, the loss in its middle, and the checks. `lose` kills Redis
+/// and returns the guard that brings the killed process back.
+/// `writes_may_be_lost`: a failover to an asynchronous replica can drop the
+/// last writes before it is noticed; units sold twice then are refused by the
+/// database (FAILED with a reason), never persisted twice.
+async fn storm_through_a_loss(
+    redis: &str,
+    name: &str,
+    writes_may_be_lost: bool,
+    lose: impl FnOnce(&SaleRef) -> Restart,
+) {
+    let client = common::client().await;
+    common::install_crd(&client).await;
+    let ns = common::namespace(&client).await;
+    let db_url = stack::fresh_database_url().await;
+    let _operator = common::Operator::start_on(&ns, &db_url, name, redis);
+    let sales: Api<FlashSale> = Api::namespaced(client, &ns);
+    let mut manifest = common::manifest(name, &ns, 2, 600);
+    manifest["spec"]["stock"] = serde_json::json!(STOCK);
+    manifest["spec"]["purchaseLimit"] = serde_json::json!(1);
+    manifest["spec"]["sharding"] = serde_json::json!({ "shards": SHARDS });
+    manifest["spec"]["warmup"] = serde_json::json!({"leadTime": "1s"});
+    manifest["spec"]["consumers"] = serde_json::json!({"minReplicas": 1, "maxReplicas": 2});
+    common::create_live(&sales, manifest).await;
+    let api = Arc::new(common::ApiProcess::start_on(&ns, &db_url, redis).await);
+    let sale = SaleRef::new(&ns, name).unwrap();
+    let told = Arc::new(Mutex::new(Told::default()));
+
+    // 120 shoppers; Redis is lost once about 40 were accepted.
+    let storm: Vec<_> = (0..120)
+        .map(|i| {
+            let (api, told) = (api.clone(), told.clone());
+            let who = format!("shopper-{i}");
+            let name = name.to_string();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(i * 15)).await;
+                shopper(api, told, name, who).await
+            })
+        })
+        .collect();
+    common::wait_for(Duration::from_secs(30), "40 accepted", || async {
+        (told.lock().await.orders.len() >= 40).then_some(())
+    })
+    .await;
+    let lost_at = Instant::now();
+    let restart = lose(&sale);
+    for shopper in storm {
+        shopper.await.unwrap();
+    }
+    // Shard 0 sells again: the first 202 there after the loss.
+    let mut probes = (0..)
+        .map(|i| format!("probe-{i}"))
+        .filter(|p| home_shard(p, SHARDS) == 0);
+    let recovered = common::wait_for(Duration::from_secs(60), "shard 0 selling again", || {
+        let probe = probes.next().unwrap();
+        let (api, told) = (api.clone(), told.clone());
+        async move {
+            let seen = told
+                .lock()
+                .await
+                .shard0_accepted_at
+                .iter()
+                .copied()
+                .filter(|t| *t > lost_at)
+                .min();
+            if seen.is_some() {
+                return seen;
+            }
+            let (status, order) = api.buy_with_key(name, &probe, Some(&probe)).await;
+            if status != 202 {
+                return None;
+            }
+            told.lock().await.orders.insert(probe, vec![order]);
+            Some(Instant::now())
+        }
+    })
+    .await;
+    println!(
+        "{name}: Redis lost, shard 0 sold again {:.1} s later",
+        (recovered - lost_at).as_secs_f64()
+    );
+    drop(restart);
+
+    // Every shopper's retry with their key returns their first order.
+    let first: HashMap<String, String> = told
+        .lock()
+        .await
+        .orders
+        .iter()
+        .map(|(who, ids)| (who.clone(), ids[0].clone()))
+        .collect();
+    for (who, id) in &first {
+        let (status, again) = api.buy_with_key(name, who, Some(who)).await;
+        assert_eq!((status, &again), (202, id), "{who}'s retry across the loss");
+    }
+    // Fresh shoppers buy the rest: exactly the stock sells (I5).
+    let mut more = 0;
+    for i in 0.. {
+        let who = format!("late-{i}");
+        let (status, detail) = api.buy_with_key(name, &who, Some(&who)).await;
+        match (status, detail.as_str()) {
+            (202, _) => more += 1,
+            (409, "SOLD_OUT") => break,
+            (503, _) => tokio::time::sleep(Duration::from_millis(200)).await,
+            other => panic!("{who}: {other:?}"),
+        }
+        assert!(i < 1000, "never sold out");
+    }
+    let accepted = first.len() as i64 + more;
+    println!(
+        "{name}: {} accepted in the storm, {more} after",
+        first.len()
+    );
+    if !writes_may_be_lost {
+        assert_eq!(accepted, STOCK, "202s: exactly the stock (I1, I5)");
+    }
+
+    // The consumers persist every accepted order; the database and Redis agree.
+    let db = flashsale_workload::orders::connect(&db_url, 2)
+        .await
+        .unwrap();
+    common::wait_for(Duration::from_secs(90), "every 202 persisted", || async {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
+            .fetch_one(&db)
+            .await
+            .ok()?;
+        (n == accepted).then_some(())
+    })
+    .await;
+    let persisted: Vec<String> = sqlx::query_scalar("SELECT id::text FROM orders")
+        .fetch_all(&db)
+        .await
+        .unwrap();
+    for id in first.values() {
+        assert!(
+            persisted.contains(id),
+            "order {id} was answered 202 and is missing (I3)"
+        );
+    }
+    let (sold, stock, failed, over_limit): (i32, i32, i64, i64) = sqlx::query_as(
+        "SELECT s.sold, s.stock,
+                (SELECT count(*) FROM orders WHERE status = 'FAILED'),
+                (SELECT count(*) FROM shopper_units WHERE units > 1)
+         FROM sales s",
+    )
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    assert_eq!(
+        (sold, stock),
+        (STOCK as i32, STOCK as i32),
+        "I1: sold out exactly"
+    );
+    if writes_may_be_lost {
+        assert_eq!(accepted - failed, STOCK, "every 202 persisted or FAILED");
+        let unexplained: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM orders WHERE status = 'FAILED' AND failure_reason IS NULL",
+        )
+        .fetch_one(&db)
+        .await
+        .unwrap();
+        assert_eq!(unexplained, 0, "a FAILED order says why");
+        println!("{name}: {failed} orders FAILED by the database after lost writes");
+    } else {
+        assert_eq!(failed, 0, "no accepted order was refused by the database");
+    }
+    assert_eq!(over_limit, 0, "I2");
+    let store = flashsale_workload::redis::store::SaleStore::new(
+        flashsale_workload::redis::RedisConn::connect(&redis.parse().unwrap())
+            .await
+            .unwrap(),
+    );
+    let left: i64 = store
+        .shard_stocks(&sale, SHARDS)
+        .await
+        .unwrap()
+        .iter()
+        .sum();
+    assert_eq!(left, 0, "I6: Redis agrees nothing is left");
+    let fs = sales.get(name).await.unwrap();
+    let status = fs.status.unwrap();
+    assert_ne!(status.state, Some(SaleState::Failed));
+    let degraded = status.conditions.iter().find(|c| c.type_ == "Degraded");
+    assert_eq!(
+        degraded.map(|c| c.status.as_str()),
+        Some("False"),
+        "recovered: {degraded:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storm_survives_its_redis_node_restarted_empty() {
+    storm_through_a_loss(&stack::redis_url(), "node-loss", false, |_| {
+        kill("redis");
+        let restart = Restart("the Redis node", "redis".into());
+        restart.now();
+        restart
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storm_survives_a_cluster_master_failing_over() {
+    let seeds: Vec<String> = stack::redis_cluster_urls()
+        .iter()
+        .map(|u| u.trim_start_matches("redis://").to_string())
+        .collect();
+    let redis = format!("redis-cluster://{}", seeds.join(","));
+    storm_through_a_loss(&redis, "master-loss", true, |sale| {
+        // The master that holds shard 0.
+        let cli = |args: &[&str]| {
+            let out = Command::new("redis-cli")
+                .args(["-p", "17001"])
+                .args(args)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let slot: u16 = cli(&["cluster", "keyslot", &ShardKeys::new(sale, 0).meta])
+            .trim()
+            .parse()
+            .unwrap();
+        let nodes = cli(&["cluster", "nodes"]);
+        let port = nodes
+            .lines()
+            .filter(|l| l.contains("master") && !l.contains("fail"))
+            .find(|l| {
+                l.split_whitespace().skip(8).any(|range| {
+                    let (a, b) = range.split_once('-').unwrap_or((range, range));
+                    (a.parse().unwrap_or(u16::MAX)..=b.parse().unwrap_or(0)).contains(&slot)
+                })
+            })
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|addr| addr.split(['@', ':']).nth(1))
+            .expect("a master for shard 0")
+            .to_string();
+        let name = format!("redis-cluster-{port}");
+        kill(&name);
+        Restart("the cluster master", name)
+    })
+    .await;
+}
