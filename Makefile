@@ -6,7 +6,7 @@ RUN ?= $(CURDIR)/.run
 export FLASHSALE_RUN := $(RUN)
 ENV := . $(RUN)/env &&
 
-.PHONY: help demo test up stack down status clean build release build-tests test-images crds check-crds bench
+.PHONY: help demo test up stack down status clean build release build-tests test-images crds check-crds bench chaos
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -25,7 +25,9 @@ test: ## install and start everything the tests need, then lint and pass them al
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets --locked -- -D warnings
 	@# Whatever the tests did, nothing of theirs may stay on the cluster.
+	cargo build --workspace --locked --bins
 	$(ENV) cargo test --workspace --locked --no-fail-fast; status=$$?; \
+	  $(ENV) target/debug/flashsale-chaos --short --runs 1 --results $(RUN)/chaos || status=1; \
 	  $(ENV) e2e/leftovers.sh || status=1; exit $$status
 
 up: ## start the stack and the local loop (operator, API, consumer on the host), write .run/env
@@ -56,6 +58,12 @@ bench: ## every performance figure against its limit, in one run, with its invar
 	@$(STACK)/preflight.sh
 	@$(MAKE) --no-print-directory -j2 stack release
 	@$(ENV) taskset -c 0 target/release/flashsale-bench
+
+chaos: ## live sales under faults, I1-I6 after every run (RUNS=20 per kind, KINDS=a,b, SEED=n replays)
+	@$(STACK)/preflight.sh
+	@$(MAKE) --no-print-directory -j2 stack build
+	@$(MAKE) --no-print-directory test-images
+	@$(ENV) target/debug/flashsale-chaos
 
 build-tests: ## compile the tests without running them
 	cargo test --workspace --locked --no-run

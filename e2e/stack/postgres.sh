@@ -3,7 +3,7 @@
 # root). Its data, socket and server log live in $PG_HOME, a directory of this
 # clone's own that `postgres` owns outside the clone, so it works wherever the
 # clone sits and no directory of the user's is opened up; the run dir's
-# logs/postgres.log points at the log. Usage: postgres.sh up|down|status|purge
+# logs/postgres.log points at the log. Usage: postgres.sh up|down|status|crash|purge
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
@@ -57,6 +57,12 @@ down() {
     as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w stop >/dev/null 2>&1 || true
   fi
   stop_pid postgres
+}
+
+# crash: stop in immediate mode, as a crash would (make chaos); `up` starts
+# it again, with crash recovery.
+crash() {
+  as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -m immediate -w stop >/dev/null 2>&1 || true
 }
 
 # purge: this clone's data, socket and log (make clean), after down.

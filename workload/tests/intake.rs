@@ -235,13 +235,10 @@ async fn storm_accepts_exactly_the_stock(target: RedisTarget) {
         "I2: no shopper above the limit"
     );
     for code in refusals.keys() {
-        // 503 UNAVAILABLE is the designed answer to a Redis reply later than
-        // its 2 s timeout, which 5,000 simultaneous requests to an API in
-        // this test's 2-thread runtime can cause on a 2-core CI machine (seen
-        // once, 1 in 5,000). It holds nothing: the stock is still sold
-        // exactly (above) and every shard ends empty (below).
+        // A 503 (a Redis reply later than its 2 s timeout under a loaded
+        // machine) was retried by its shopper until it got a decision.
         assert!(
-            code == "409 SOLD_OUT" || code == "409 LIMIT_EXCEEDED" || code == "503 UNAVAILABLE",
+            code == "409 SOLD_OUT" || code == "409 LIMIT_EXCEEDED",
             "unexpected refusal {code}: {refusals:?}"
         );
     }

@@ -190,9 +190,11 @@ pub async fn run(
     .arg("--jwt-hs256-secret-file")
     .arg(&secret_file)
     .env("DATABASE_URL", stack::database_url());
-    let api = Proc::start("api", api)?;
+    let api = Proc::start(&procs::log("api"), api)?;
     let url = format!("http://127.0.0.1:{API_PORT}");
-    procs::wait_http(&format!("{url}/readyz"), Duration::from_secs(30)).await?;
+    procs::wait_http(&format!("{url}/readyz"), Duration::from_secs(30))
+        .await
+        .map_err(anyhow::Error::msg)?;
     tokio::time::sleep(Duration::from_millis(1200)).await; // the catalog's first refresh
 
     // Unmeasured: connections, the JIT of Kafka's JVM and the allocators

@@ -111,7 +111,7 @@ impl Cluster {
         )
         .env("FLASHSALE_POD_KAFKA", "198.18.0.1:19094")
         .env("FLASHSALE_WORKLOAD_IMAGE", image);
-        Proc::start("operator", op)
+        Ok(Proc::start(&procs::log("operator"), op)?)
     }
 
     async fn create(
@@ -257,9 +257,11 @@ pub async fn run(image: &str, trials: usize) -> anyhow::Result<OperatorFigures> 
     ])
     .args(["--rate-limit-global", "0", "--rate-limit-shopper", "0"])
     .env("DATABASE_URL", stack::database_url());
-    let _api = Proc::start("api-operator", api)?;
+    let _api = Proc::start(&procs::log("api-operator"), api)?;
     let url = format!("http://127.0.0.1:{api_port}");
-    procs::wait_http(&format!("{url}/healthz"), Duration::from_secs(30)).await?;
+    procs::wait_http(&format!("{url}/healthz"), Duration::from_secs(30))
+        .await
+        .map_err(anyhow::Error::msg)?;
 
     // Five sales whose warm-up and start are due at known instants.
     eprintln!("operator: 5 sales, warm-up and live against their due instants");

@@ -46,7 +46,7 @@ pub async fn run(db: &PgPool, config: &SaleConfig, expected: i64) -> anyhow::Res
             &config.sale.name,
         ])
         .env("DATABASE_URL", stack::database_url());
-    let consumer = Proc::start("consumer", consumer)?;
+    let consumer = Proc::start(&procs::log("consumer"), consumer)?;
     let deadline = Instant::now() + Duration::from_secs(600);
     let (mut first_at, mut first_count) = (None, 0);
     let mut count;

@@ -6,6 +6,8 @@
 //! process environment wins, then `.run/env`. A service that is not there is a
 //! failure naming the command that starts it — never a skip.
 
+pub mod procs;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::OnceLock;

@@ -39,6 +39,11 @@ pub enum JobError {
     /// The topic did not drain in time.
     #[error("the sale's orders did not drain within {0:?} (lag {1})")]
     NotDrained(std::time::Duration, i64),
+    /// The sale's Redis state was lost (a shard without its metadata or of
+    /// another incarnation): nothing is repaired until the operator
+    /// recovered it.
+    #[error("shard {0} of the sale lost its Redis state; the operator recovers it first")]
+    StateLost(u32),
     /// Redis and PostgreSQL still disagreed at the deadline.
     #[error("redis and the database still disagree after {0:?}: {1}")]
     NotConverged(std::time::Duration, String),

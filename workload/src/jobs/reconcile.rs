@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::{JobContext, JobError};
 use crate::domain::reconcile::{Finding, Observation, Policy, in_flight_units, plan};
 use crate::domain::sale::SaleConfig;
-use crate::orders::reconciliation;
+use crate::orders::{reconciliation, sales};
 
 /// One finding and whether it was repaired.
 #[derive(Debug, Clone, Serialize)]
@@ -50,19 +50,27 @@ pub struct ReconcileReport {
 async fn observe(ctx: &JobContext, config: &SaleConfig) -> Result<(Observation, i64), JobError> {
     let lag = ctx.lag(config).await?;
     let db = reconciliation::snapshot(&ctx.db, config.id).await?;
+    let life = sales::find_by_id(&ctx.db, config.id)
+        .await?
+        .map(|s| s.life)
+        .unwrap_or_default();
     let shards =
         try_join_all((0..config.shards).map(|s| ctx.store.snapshot(&config.sale, s))).await?;
-    let now_ms = shards
-        .iter()
-        .map(|(_, now, _)| *now)
-        .max()
-        .unwrap_or_default();
-    let redis_generation = shards.first().and_then(|(_, _, generation)| *generation);
+    // A lost state is the operator's to recover: repairing toward the
+    // database on it would write stock into shards that have no metadata.
+    if let Some(incarnation) = life.incarnation.filter(|_| life.opened) {
+        let incarnation = incarnation.to_string();
+        if let Some(shard) = shards
+            .iter()
+            .position(|r| r.incarnation.as_deref() != Some(incarnation.as_str()))
+        {
+            return Err(JobError::StateLost(shard as u32));
+        }
+    }
+    let now_ms = shards.iter().map(|r| r.now_ms).max().unwrap_or_default();
+    let redis_generation = shards.first().and_then(|r| r.generation);
     let observation = Observation {
-        shards: shards
-            .into_iter()
-            .map(|(snapshot, _, _)| snapshot)
-            .collect(),
+        shards: shards.into_iter().map(|r| r.snapshot).collect(),
         db,
         redis_generation,
         drained: lag == 0,

@@ -111,17 +111,17 @@ async fn read(
             .map_err(|e| err(&e))?;
         let credited: BTreeSet<&String> = shards
             .iter()
-            .flat_map(|(s, _, _)| s.transfers_in.keys())
+            .flat_map(|r| r.snapshot.transfers_in.keys())
             .collect();
         let in_transit: i64 = shards
             .iter()
-            .flat_map(|(s, _, _)| s.transfers_out.iter())
+            .flat_map(|r| r.snapshot.transfers_out.iter())
             .filter(|(id, _)| !credited.contains(id))
             .map(|(_, t)| t.amount)
             .sum();
-        let remaining = shards.iter().map(|(s, _, _)| s.stock).sum::<i64>() + in_transit;
+        let remaining = shards.iter().map(|r| r.snapshot.stock).sum::<i64>() + in_transit;
         let mut units = BTreeMap::new();
-        for (snapshot, _, _) in &shards {
+        for snapshot in shards.iter().map(|r| &r.snapshot) {
             units.extend(snapshot.units.iter().map(|(k, v)| (k.clone(), *v)));
         }
         (Some(remaining), Some(units))

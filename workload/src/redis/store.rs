@@ -58,6 +58,19 @@ impl From<redis::RedisError> for WarmError {
     }
 }
 
+/// One shard read atomically ([`SaleStore::snapshot`]).
+#[derive(Debug, Clone)]
+pub struct ShardRead {
+    /// Its keys.
+    pub snapshot: ShardSnapshot,
+    /// Redis's clock then, Unix ms.
+    pub now_ms: i64,
+    /// The stock generation its metadata records (shard 0's is the sale's).
+    pub generation: Option<i64>,
+    /// The incarnation it was loaded under, if it has metadata.
+    pub incarnation: Option<String>,
+}
+
 /// What became of a shrink in Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShrinkOutcome {
@@ -822,13 +835,8 @@ impl SaleStore {
     }
 
     /// Reads one shard atomically (MULTI/EXEC: its keys share a slot), with
-    /// Redis's clock and the stock generation its metadata records (shard 0's
-    /// is the sale's).
-    pub async fn snapshot(
-        &self,
-        sale: &SaleRef,
-        shard: u32,
-    ) -> Result<(ShardSnapshot, i64, Option<i64>), StoreError> {
+    /// Redis's clock and what its metadata records.
+    pub async fn snapshot(&self, sale: &SaleRef, shard: u32) -> Result<ShardRead, StoreError> {
         let keys = ShardKeys::new(sale, shard);
         type Raw = (
             Option<i64>,
@@ -838,6 +846,7 @@ impl SaleStore {
             HashMap<String, String>,
             HashMap<String, String>,
             Option<i64>,
+            Option<String>,
             (i64, i64),
         );
         let (
@@ -848,6 +857,7 @@ impl SaleStore {
             transfers_in,
             withdrawals,
             generation,
+            incarnation,
             (secs, micros),
         ): Raw = redis::pipe()
             .atomic()
@@ -858,6 +868,7 @@ impl SaleStore {
             .hgetall(&keys.transfers_in)
             .hgetall(&keys.withdrawals)
             .hget(&keys.meta, "generation")
+            .hget(&keys.meta, "inc")
             .cmd("TIME")
             .query_async(&mut self.conn.clone())
             .await?;
@@ -878,7 +889,12 @@ impl SaleStore {
                 .collect(),
             withdrawals: withdrawals.into_iter().collect(),
         };
-        Ok((snapshot, secs * 1000 + micros / 1000, generation))
+        Ok(ShardRead {
+            snapshot,
+            now_ms: secs * 1000 + micros / 1000,
+            generation,
+            incarnation,
+        })
     }
 
     /// Applies one reconciliation repair. Returns whether Redis changed.

@@ -1,0 +1,416 @@
+//! The faults a chaos run injects into the real stack, and their undoing:
+//! every fault that leaves something behind (a stopped service, a paused
+//! Redis, an iptables rule) registers its undo first; a guard runs it on
+//! drop (panics included) and Ctrl-C runs every undo still pending.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use flashsale_testkit as stack;
+
+/// A fault kind the runner can pick.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum)]
+pub enum Kind {
+    /// The Redis node SIGKILLed and restarted empty.
+    RedisRestart,
+    /// The Cluster master of the sale's shard 0 SIGKILLed; its replica is promoted.
+    RedisFailover,
+    /// The Cluster master of shard 0 SIGKILLed and restarted at once, empty,
+    /// before its replica took over: it wipes the replica too.
+    RedisWipe,
+    /// `CLIENT PAUSE` of the Redis node for 2-5 s.
+    RedisPause,
+    /// The Kafka broker SIGKILLed and restarted.
+    KafkaKill,
+    /// Packets to the broker's ports dropped for 5 s (iptables).
+    KafkaUnreachable,
+    /// PostgreSQL stopped in immediate mode, then started.
+    PostgresRestart,
+    /// Packets to PostgreSQL's port dropped for 5 s (iptables).
+    PostgresUnreachable,
+    /// The shopper API process SIGKILLed and started again.
+    ApiKill,
+    /// A consumer process SIGKILLed mid-batch and started again.
+    ConsumerKill,
+    /// The leading operator SIGKILLed at a transition (warm-up, open or end).
+    OperatorKill,
+    /// The merchant raises the stock by half during the storm.
+    Restock,
+    /// The merchant shrinks the stock by a fifth during the storm.
+    Shrink,
+    /// The kill switch on for 2 s, then off.
+    PauseResume,
+    /// The window extended by 5 s while live.
+    ExtendWindow,
+}
+
+impl Kind {
+    /// Every kind, in report order.
+    pub const ALL: [Kind; 15] = [
+        Kind::RedisRestart,
+        Kind::RedisFailover,
+        Kind::RedisWipe,
+        Kind::RedisPause,
+        Kind::KafkaKill,
+        Kind::KafkaUnreachable,
+        Kind::PostgresRestart,
+        Kind::PostgresUnreachable,
+        Kind::ApiKill,
+        Kind::ConsumerKill,
+        Kind::OperatorKill,
+        Kind::Restock,
+        Kind::Shrink,
+        Kind::PauseResume,
+        Kind::ExtendWindow,
+    ];
+
+    /// Its name on the command line and in reports.
+    pub fn name(self) -> String {
+        use clap::ValueEnum;
+        self.to_possible_value()
+            .map(|v| v.get_name().to_string())
+            .unwrap_or_default()
+    }
+
+    /// Whether the sale runs on the Redis Cluster (else on the node).
+    pub fn on_cluster(self) -> bool {
+        matches!(self, Kind::RedisFailover | Kind::RedisWipe)
+    }
+}
+
+type Undo = Box<dyn FnOnce() + Send>;
+
+static PENDING: Mutex<Vec<(u64, Undo)>> = Mutex::new(Vec::new());
+
+/// An injected fault: undone when dropped, if not before.
+pub struct Injected(Option<u64>);
+
+impl Injected {
+    /// Nothing to undo.
+    pub fn none() -> Self {
+        Self(None)
+    }
+
+    /// Registers `undo` before the fault is made, so an interruption at any
+    /// moment after can still undo it.
+    pub fn register(undo: impl FnOnce() + Send + 'static) -> Self {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        lock().push((id, Box::new(undo)));
+        Self(Some(id))
+    }
+}
+
+impl Drop for Injected {
+    fn drop(&mut self) {
+        let Some(id) = self.0.take() else { return };
+        let undo = {
+            let mut pending = lock();
+            pending
+                .iter()
+                .position(|(i, _)| *i == id)
+                .map(|at| pending.remove(at).1)
+        };
+        if let Some(undo) = undo {
+            undo();
+        }
+    }
+}
+
+fn lock() -> std::sync::MutexGuard<'static, Vec<(u64, Undo)>> {
+    PENDING.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs every pending undo (Ctrl-C, or before exiting).
+pub fn undo_all() {
+    let pending: Vec<(u64, Undo)> = std::mem::take(&mut *lock());
+    for (_, undo) in pending.into_iter().rev() {
+        undo();
+    }
+}
+
+/// The comment on every iptables rule the runner adds.
+const RULE_COMMENT: &str = "flashsale-chaos";
+
+/// Drops packets to `ports` on this host (loopback and the bridge) until
+/// the returned guard goes.
+pub fn unreachable(ports: &[u16]) -> Injected {
+    let rules: Vec<Vec<String>> = ports
+        .iter()
+        .map(|port| {
+            [
+                "INPUT",
+                "-p",
+                "tcp",
+                "--dport",
+                &port.to_string(),
+                "-m",
+                "comment",
+                "--comment",
+                RULE_COMMENT,
+                "-j",
+                "DROP",
+            ]
+            .map(str::to_string)
+            .to_vec()
+        })
+        .collect();
+    let guard = Injected::register(remove_rules);
+    for rule in &rules {
+        let mut args = vec!["-w", "-I"];
+        args.extend(rule.iter().map(String::as_str));
+        run("iptables", &args);
+    }
+    guard
+}
+
+/// Removes every rule the runner added (also left over by a killed runner).
+pub fn remove_rules() {
+    let Ok(out) = Command::new("iptables-save").output() else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some(rule) = line.strip_prefix("-A ")
+            && line.contains(RULE_COMMENT)
+        {
+            let mut args = vec!["-w", "-D"];
+            args.extend(shell_words(rule));
+            run("iptables", &args);
+        }
+    }
+}
+
+/// Splits an iptables-save rule into words (its comment is a plain word).
+fn shell_words(rule: &str) -> Vec<&str> {
+    rule.split_whitespace()
+        .map(|w| w.trim_matches('"'))
+        .collect()
+}
+
+/// The stack's script `name` (e.g. `redis.sh`).
+fn script(name: &str) -> PathBuf {
+    stack::repo_dir().join("e2e/stack").join(name)
+}
+
+/// Runs a command to completion, logging a failure.
+pub fn run(program: &str, args: &[&str]) {
+    let ok = Command::new(program)
+        .args(args)
+        .env("FLASHSALE_RUN", stack::run_dir())
+        .output()
+        .map(|o| {
+            if !o.status.success() {
+                eprintln!(
+                    "chaos: {program} {args:?} failed: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
+            }
+            o.status.success()
+        });
+    if let Err(e) = ok {
+        eprintln!("chaos: {program} did not run: {e}");
+    }
+}
+
+/// SIGKILLs the stack's process `name` (by its pid file).
+pub fn kill_stack_process(name: &str) {
+    if let Ok(pid) = std::fs::read_to_string(stack::run_dir().join(format!("pids/{name}.pid"))) {
+        run("kill", &["-KILL", pid.trim()]);
+    }
+}
+
+/// Starts the stack's service `service` again through its script (`up`, or
+/// `restart NAME` for Redis): idempotent.
+pub fn restart_stack(script_name: &str, args: &[&str]) {
+    let path = script(script_name);
+    run(&path.to_string_lossy(), args);
+}
+
+/// The Redis node killed and started again empty.
+pub fn redis_restart() -> Injected {
+    let guard = Injected::register(|| restart_stack("redis.sh", &["restart", "redis"]));
+    kill_stack_process("redis");
+    restart_stack("redis.sh", &["restart", "redis"]);
+    guard
+}
+
+/// `redis-cli` against a live node of the Cluster.
+fn cluster_cli(args: &[&str]) -> String {
+    for port in ["17001", "17002", "17003", "17004", "17005", "17006"] {
+        if let Ok(out) = Command::new("redis-cli")
+            .args(["-p", port])
+            .args(args)
+            .output()
+            && out.status.success()
+            && !out.stdout.is_empty()
+        {
+            return String::from_utf8_lossy(&out.stdout).into_owned();
+        }
+    }
+    String::new()
+}
+
+/// The port of the live master serving `slot`.
+fn master_of(slot: u16) -> Option<String> {
+    cluster_cli(&["cluster", "nodes"])
+        .lines()
+        .filter(|l| l.contains("master") && !l.contains("fail"))
+        .find(|l| {
+            l.split_whitespace().skip(8).any(|range| {
+                let (a, b) = range.split_once('-').unwrap_or((range, range));
+                (a.parse().unwrap_or(u16::MAX)..=b.parse().unwrap_or(0)).contains(&slot)
+            })
+        })
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|addr| addr.split(['@', ':']).nth(1))
+        .map(str::to_string)
+}
+
+/// The Cluster master holding `key` killed. When the guard goes, the killed
+/// node is started again once its replica serves the slot: a master without
+/// persistence that came back before its failover would wipe its replica
+/// (docs/reliability.md), which is another fault, `redis-restart`'s.
+pub fn redis_failover(key: &str) -> Injected {
+    let slot: u16 = cluster_cli(&["cluster", "keyslot", key])
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    let Some(port) = master_of(slot) else {
+        eprintln!("chaos: no master found for slot {slot}");
+        return Injected::none();
+    };
+    let name = format!("redis-cluster-{port}");
+    let guard = {
+        let name = name.clone();
+        Injected::register(move || {
+            for _ in 0..200 {
+                if master_of(slot).is_some_and(|p| p != port) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            restart_stack("redis.sh", &["restart", &name]);
+        })
+    };
+    kill_stack_process(&name);
+    guard
+}
+
+/// The Cluster master holding `key` killed and started again at once,
+/// empty: back before its replica was promoted, it stays the master of its
+/// slots with nothing in them, and its replica copies that.
+pub fn redis_wipe(key: &str) -> Injected {
+    let slot: u16 = cluster_cli(&["cluster", "keyslot", key])
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    let Some(port) = master_of(slot) else {
+        eprintln!("chaos: no master found for slot {slot}");
+        return Injected::none();
+    };
+    let name = format!("redis-cluster-{port}");
+    let guard = {
+        let name = name.clone();
+        Injected::register(move || restart_stack("redis.sh", &["restart", &name]))
+    };
+    kill_stack_process(&name);
+    restart_stack("redis.sh", &["restart", &name]);
+    guard
+}
+
+/// The Redis node paused (every client) for `pause`.
+pub fn redis_pause(pause: Duration) -> Injected {
+    let port = stack::redis_url()
+        .rsplit(':')
+        .next()
+        .unwrap_or("16379")
+        .to_string();
+    let guard = {
+        let port = port.clone();
+        Injected::register(move || run("redis-cli", &["-p", &port, "client", "unpause"]))
+    };
+    run(
+        "redis-cli",
+        &[
+            "-p",
+            &port,
+            "client",
+            "pause",
+            &pause.as_millis().to_string(),
+        ],
+    );
+    guard
+}
+
+/// The Kafka broker killed, then started again (its log is kept).
+pub fn kafka_kill() -> Injected {
+    let guard = Injected::register(|| restart_stack("kafka.sh", &["up"]));
+    kill_stack_process("kafka");
+    guard
+}
+
+/// PostgreSQL stopped in immediate mode (a crash: recovery on start).
+pub fn postgres_crash() -> Injected {
+    let guard = Injected::register(|| restart_stack("postgres.sh", &["up"]));
+    restart_stack("postgres.sh", &["crash"]);
+    guard
+}
+
+/// The broker's client ports (host and pods).
+pub const KAFKA_PORTS: [u16; 2] = [19092, 19094];
+/// PostgreSQL's port.
+pub const POSTGRES_PORTS: [u16; 1] = [15432];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_have_names_and_one_runs_on_the_cluster() {
+        let names: Vec<String> = Kind::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(names[0], "redis-restart");
+        assert_eq!(names.len(), 15);
+        assert_eq!(Kind::ALL.iter().filter(|k| k.on_cluster()).count(), 2);
+    }
+
+    #[test]
+    fn saved_rules_split_into_arguments() {
+        let rule =
+            r#"INPUT -p tcp -m tcp --dport 19092 -m comment --comment "flashsale-chaos" -j DROP"#;
+        assert_eq!(
+            shell_words(rule),
+            [
+                "INPUT",
+                "-p",
+                "tcp",
+                "-m",
+                "tcp",
+                "--dport",
+                "19092",
+                "-m",
+                "comment",
+                "--comment",
+                "flashsale-chaos",
+                "-j",
+                "DROP"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_guard_undoes_once() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let count = Arc::new(AtomicU32::new(0));
+        let seen = count.clone();
+        let guard = Injected::register(move || {
+            seen.fetch_add(1, Ordering::Relaxed);
+        });
+        drop(guard);
+        undo_all();
+        assert_eq!(count.load(Ordering::Relaxed), 1);
+    }
+}

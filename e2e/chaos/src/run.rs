@@ -1,0 +1,583 @@
+//! One chaos run: a live sale on the real stack and cluster (two operators
+//! with leader election, the shopper API and a consumer as processes,
+//! consumer pods and Jobs on the node), stormed by retrying shoppers while
+//! one fault is injected; after the end, the final reconciliation, then
+//! I1–I6 from the invariant checker and every 202 looked up as its shopper.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use flashsale_operator::crd::FlashSale;
+use flashsale_testkit as stack;
+use flashsale_testkit::procs::{Proc, wait_http};
+use flashsale_workload::domain::invariants::evaluate;
+use flashsale_workload::domain::sale::SaleRef;
+use flashsale_workload::load::evidence::{Told as CheckerTold, gather};
+use flashsale_workload::redis::keys::ShardKeys;
+use flashsale_workload::redis::store::SaleStore;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Client, CustomResourceExt};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use serde::Serialize;
+
+use crate::faults::{self, Injected, Kind};
+use crate::storm;
+
+/// How big a run is.
+#[derive(Debug, Clone, Copy)]
+pub struct Size {
+    /// Units for sale.
+    pub stock: i64,
+    /// The window, seconds.
+    pub window_secs: i64,
+}
+
+/// What one run found.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunResult {
+    /// The fault.
+    pub kind: String,
+    /// Its index among the runs of that kind.
+    pub index: u32,
+    /// The seed that replays it.
+    pub seed: u64,
+    /// Every invariant held and nothing was lost or oversold.
+    pub held: bool,
+    /// I1–I6: (id, held, detail).
+    pub invariants: Vec<(String, Option<bool>, String)>,
+    /// Orders answered 202.
+    pub accepted_orders: usize,
+    /// Their units.
+    pub accepted_units: i64,
+    /// 202s that are neither persisted nor released (must be 0).
+    pub orders_lost: usize,
+    /// Units persisted beyond the stock (must be 0).
+    pub oversold_units: i64,
+    /// 202s whose order its shopper could not see (must be 0).
+    pub lookups_failed: usize,
+    /// Seconds in which shoppers got only 503s or no answer.
+    pub unavailable_secs: f64,
+    /// Seconds from the window's end to the final reconciliation.
+    pub converge_secs: Option<f64>,
+    /// Answers by status and code.
+    pub answers: std::collections::BTreeMap<String, u64>,
+    /// What happened when, seconds from the run's start.
+    pub timeline: Vec<(f64, String)>,
+    /// Why the run could not finish, if it could not.
+    pub error: Option<String>,
+}
+
+/// The processes of a run: two operators, the API, a consumer.
+struct Processes {
+    dir: PathBuf,
+    env: Vec<(String, String)>,
+    namespace: String,
+    api_port: u16,
+    operators: Vec<(String, Proc)>,
+    api: Option<Proc>,
+    consumer: Option<Proc>,
+}
+
+fn debug_bin(name: &str) -> PathBuf {
+    stack::repo_dir().join("target/debug").join(name)
+}
+
+fn pod_url(url: &str) -> String {
+    url.replace("127.0.0.1", "198.18.0.1")
+}
+
+impl Processes {
+    fn command(&self, program: &str) -> Command {
+        let mut c = Command::new(debug_bin(program));
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        c
+    }
+
+    fn start_operator(&mut self, identity: &str) -> anyhow::Result<()> {
+        let mut c = self.command("flashsale-operator");
+        c.args(["--watch-namespace", &self.namespace, "--migrate"])
+            .args(["--listen", "127.0.0.1:0", "--lease-seconds", "6"])
+            .args(["--lease-namespace", &self.namespace, "--identity", identity])
+            .env("FLASHSALE_RESERVATION_MIN_AGE", "5s")
+            .env("RUST_LOG", "info,kube=warn");
+        let proc = Proc::start(&self.dir.join(format!("operator-{identity}.log")), c)?;
+        self.operators.retain(|(i, _)| i != identity);
+        self.operators.push((identity.to_string(), proc));
+        Ok(())
+    }
+
+    async fn start_api(&mut self) -> anyhow::Result<()> {
+        let mut c = self.command("flashsale");
+        c.args(["api", "--namespace", &self.namespace, "--dev-identity"])
+            .args(["--listen", &format!("127.0.0.1:{}", self.api_port)])
+            .args(["--rate-limit-shopper", "0"])
+            .env("RUST_LOG", "info");
+        self.api = Some(Proc::start(&self.dir.join("api.log"), c)?);
+        wait_http(
+            &format!("http://127.0.0.1:{}/healthz", self.api_port),
+            Duration::from_secs(30),
+        )
+        .await
+        .map_err(anyhow::Error::msg)
+    }
+
+    fn start_consumer(&mut self) -> anyhow::Result<()> {
+        let mut c = self.command("flashsale");
+        c.args(["consumer", "--all-sales", "--namespace", &self.namespace])
+            .env("RUST_LOG", "info");
+        self.consumer = Some(Proc::start(&self.dir.join("consumer.log"), c)?);
+        Ok(())
+    }
+}
+
+/// Seconds since `t0`, for the timeline.
+fn at(t0: Instant) -> f64 {
+    (t0.elapsed().as_millis() as f64 / 100.0).round() / 10.0
+}
+
+/// Runs `kind` once with `seed`.
+pub async fn run(kind: Kind, index: u32, seed: u64, size: Size, dir: &Path) -> RunResult {
+    let mut result = RunResult {
+        kind: kind.name(),
+        index,
+        seed,
+        held: false,
+        invariants: Vec::new(),
+        accepted_orders: 0,
+        accepted_units: 0,
+        orders_lost: 0,
+        oversold_units: 0,
+        lookups_failed: 0,
+        unavailable_secs: 0.0,
+        converge_secs: None,
+        answers: Default::default(),
+        timeline: Vec::new(),
+        error: None,
+    };
+    if let Err(e) = run_inner(kind, seed, size, dir, &mut result).await {
+        result.error = Some(format!("{e:#}"));
+        result.held = false;
+    }
+    result
+}
+
+async fn run_inner(
+    kind: Kind,
+    seed: u64,
+    size: Size,
+    dir: &Path,
+    result: &mut RunResult,
+) -> anyhow::Result<()> {
+    let t0 = Instant::now();
+    let mut rng = StdRng::seed_from_u64(seed);
+    std::fs::create_dir_all(dir)?;
+    let client = stack::kube_client().await;
+    install_crd(&client).await?;
+    let namespace = stack::unique_name("chaos");
+    let _namespace = TestNamespace::create(&client, &namespace).await?;
+    let db_url = stack::fresh_database_url().await;
+    let redis = if kind.on_cluster() {
+        let seeds: Vec<String> = stack::redis_cluster_urls()
+            .iter()
+            .map(|u| u.trim_start_matches("redis://").to_string())
+            .collect();
+        format!("redis-cluster://{}", seeds.join(","))
+    } else {
+        stack::redis_url()
+    };
+    let api_port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let env = vec![
+        ("FLASHSALE_REDIS".to_string(), redis.clone()),
+        ("DATABASE_URL".into(), db_url.clone()),
+        ("FLASHSALE_POD_REDIS".into(), pod_url(&redis)),
+        ("FLASHSALE_POD_DATABASE_URL".into(), pod_url(&db_url)),
+        ("FLASHSALE_POD_KAFKA".into(), "198.18.0.1:19094".into()),
+        (
+            "FLASHSALE_WORKLOAD_IMAGE".into(),
+            "docker.io/flashsale/flashsale:dev".into(),
+        ),
+    ];
+    let mut procs = Processes {
+        dir: dir.to_path_buf(),
+        env,
+        namespace: namespace.clone(),
+        api_port,
+        operators: Vec::new(),
+        api: None,
+        consumer: None,
+    };
+    procs.start_operator("a")?;
+    procs.start_operator("b")?;
+    procs.start_api().await?;
+    procs.start_consumer()?;
+    let mut timeline = vec![(at(t0), "processes started".to_string())];
+
+    // The sale: warm-up 3 s before its start, 6 s from now.
+    let sales: Api<FlashSale> = Api::namespaced(client.clone(), &namespace);
+    let start = Utc::now() + chrono::Duration::seconds(6);
+    let end = start + chrono::Duration::seconds(size.window_secs);
+    let time = |t: chrono::DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let fs: FlashSale = serde_json::from_value(serde_json::json!({
+        "apiVersion": "flashsale.dev/v1alpha1", "kind": "FlashSale",
+        "metadata": {"name": "storm", "namespace": namespace},
+        "spec": {
+            "sku": "SKU-CHAOS", "stock": size.stock, "purchaseLimit": 2,
+            "sharding": {"shards": 4},
+            "window": {"start": time(start), "end": time(end)},
+            "warmup": {"leadTime": "3s"}, "cleanup": {"after": "2m"},
+            "payment": {"timeout": "2m"},
+            "consumers": {"minReplicas": 0, "maxReplicas": 2},
+        }
+    }))?;
+    sales.create(&PostParams::default(), &fs).await?;
+    let sale = SaleRef::new(&namespace, "storm")?;
+
+    // When the fault strikes: a transition for the operator, else inside
+    // the middle of the window.
+    let window = size.window_secs as f64;
+    let strike_at = match kind {
+        Kind::OperatorKill => match rng.random_range(0..3) {
+            0 => start - chrono::Duration::seconds(3),
+            1 => start,
+            _ => end,
+        },
+        _ => {
+            start
+                + chrono::Duration::milliseconds(
+                    (rng.random_range(0.3..0.6) * window * 1000.0) as i64,
+                )
+        }
+    };
+    let hold = Duration::from_millis(match kind {
+        Kind::RedisPause => rng.random_range(2000..5000),
+        Kind::KafkaUnreachable | Kind::PostgresUnreachable => 5000,
+        Kind::PauseResume => 2000,
+        Kind::RedisFailover => 4000,
+        _ => 0,
+    });
+
+    let storm_until = std::time::Instant::now()
+        + (end - Utc::now()).to_std().unwrap_or_default()
+        + Duration::from_secs(2);
+    sleep_until(start - chrono::Duration::milliseconds(300)).await;
+    timeline.push((at(t0), "storm".into()));
+    let shoppers = tokio::spawn(storm::run(storm::Storm {
+        url: format!("http://127.0.0.1:{api_port}"),
+        sale: "storm".into(),
+        concurrency: 24,
+        until: storm_until,
+    }));
+    sleep_until(strike_at).await;
+    timeline.push((at(t0), format!("inject {}", kind.name())));
+    let injected = inject(kind, &mut procs, &sales, &sale, size, end).await?;
+    tokio::time::sleep(hold).await;
+    drop(injected);
+    timeline.push((at(t0), format!("undo {}", kind.name())));
+    if matches!(
+        kind,
+        Kind::ApiKill | Kind::ConsumerKill | Kind::OperatorKill
+    ) {
+        restart_killed(kind, &mut procs).await?;
+        timeline.push((at(t0), "restarted".into()));
+    }
+    let told = shoppers.await?;
+    timeline.push((at(t0), "storm over".into()));
+    result.accepted_orders = told.accepted.len();
+    result.accepted_units = told.accepted.values().map(|(_, q)| q).sum();
+    result.unavailable_secs = told.unavailable_secs();
+    result.answers = told.answers.clone();
+
+    // The final reconciliation after the (possibly extended) end.
+    let converged = wait_reconciled(&sales, Duration::from_secs(150)).await;
+    let end = sales
+        .get("storm")
+        .await
+        .map(|fs| flashsale_operator::context::to_chrono(&fs.spec.window.end))
+        .unwrap_or(end);
+    result.converge_secs = converged.map(|t| (t - end).num_milliseconds() as f64 / 1000.0);
+    timeline.push((at(t0), format!("reconciled: {converged:?}")));
+
+    check(&db_url, &redis, &sale, &told, api_port, result).await?;
+    timeline.push((at(t0), "checked".into()));
+    // Deleted while its operators run: the finalizer removes its topics.
+    let _ = sales.delete("storm", &DeleteParams::default()).await;
+    for _ in 0..300 {
+        if sales.get_opt("storm").await.ok().flatten().is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    result.timeline = timeline;
+    Ok(())
+}
+
+async fn sleep_until(t: chrono::DateTime<Utc>) {
+    if let Ok(wait) = (t - Utc::now()).to_std() {
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// Makes the fault.
+async fn inject(
+    kind: Kind,
+    procs: &mut Processes,
+    sales: &Api<FlashSale>,
+    sale: &SaleRef,
+    size: Size,
+    end: chrono::DateTime<Utc>,
+) -> anyhow::Result<Injected> {
+    let patch = |spec: serde_json::Value| async move {
+        sales
+            .patch(
+                "storm",
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({ "spec": spec })),
+            )
+            .await
+            .map(|_| ())
+    };
+    Ok(match kind {
+        Kind::RedisRestart => faults::redis_restart(),
+        Kind::RedisFailover => faults::redis_failover(&ShardKeys::new(sale, 0).meta),
+        Kind::RedisWipe => faults::redis_wipe(&ShardKeys::new(sale, 0).meta),
+        Kind::RedisPause => faults::redis_pause(Duration::from_secs(5)),
+        Kind::KafkaKill => faults::kafka_kill(),
+        Kind::KafkaUnreachable => faults::unreachable(&faults::KAFKA_PORTS),
+        Kind::PostgresRestart => faults::postgres_crash(),
+        Kind::PostgresUnreachable => faults::unreachable(&faults::POSTGRES_PORTS),
+        Kind::ApiKill => {
+            if let Some(api) = procs.api.as_mut() {
+                api.kill();
+            }
+            Injected::none()
+        }
+        Kind::ConsumerKill => {
+            if let Some(consumer) = procs.consumer.as_mut() {
+                consumer.kill();
+            }
+            Injected::none()
+        }
+        Kind::OperatorKill => {
+            let leader = leader(&procs.namespace).await;
+            if let Some((_, proc)) = procs
+                .operators
+                .iter_mut()
+                .find(|(i, _)| Some(i) == leader.as_ref())
+            {
+                proc.kill();
+            }
+            Injected::none()
+        }
+        Kind::Restock => {
+            patch(serde_json::json!({ "stock": size.stock * 3 / 2 })).await?;
+            Injected::none()
+        }
+        Kind::Shrink => {
+            patch(serde_json::json!({ "stock": size.stock * 4 / 5 })).await?;
+            Injected::none()
+        }
+        Kind::PauseResume => {
+            patch(serde_json::json!({ "paused": true })).await?;
+            let sales = sales.clone();
+            Injected::register(move || {
+                // Undone synchronously, even from a Ctrl-C.
+                let _ = std::thread::spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .expect("a runtime");
+                    rt.block_on(sales.patch(
+                        "storm",
+                        &PatchParams::default(),
+                        &Patch::Merge(serde_json::json!({"spec": {"paused": false}})),
+                    ))
+                })
+                .join();
+            })
+        }
+        Kind::ExtendWindow => {
+            let later = end + chrono::Duration::seconds(5);
+            patch(serde_json::json!({ "window": { "end": later.to_rfc3339_opts(chrono::SecondsFormat::Millis, true) } }))
+                .await?;
+            Injected::none()
+        }
+    })
+}
+
+async fn restart_killed(kind: Kind, procs: &mut Processes) -> anyhow::Result<()> {
+    match kind {
+        Kind::ApiKill => procs.start_api().await,
+        Kind::ConsumerKill => procs.start_consumer(),
+        Kind::OperatorKill => {
+            let dead: Vec<String> = procs
+                .operators
+                .iter_mut()
+                .filter_map(|(i, p)| (!p.running()).then(|| i.clone()))
+                .collect();
+            for identity in dead {
+                procs.start_operator(&identity)?;
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The identity holding the operators' Lease.
+async fn leader(namespace: &str) -> Option<String> {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(stack::kube_client().await, namespace);
+    leases
+        .get("flashsale-operator")
+        .await
+        .ok()?
+        .spec?
+        .holder_identity
+}
+
+/// Waits until the sale's final reconciliation reported after its end; the
+/// instant it was seen.
+async fn wait_reconciled(
+    sales: &Api<FlashSale>,
+    timeout: Duration,
+) -> Option<chrono::DateTime<Utc>> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if let Ok(fs) = sales.get("storm").await {
+            let end = flashsale_operator::context::to_chrono(&fs.spec.window.end);
+            let status = fs.status.unwrap_or_default();
+            let reconciled = status
+                .last_reconciliation
+                .is_some_and(|r| flashsale_operator::context::to_chrono(&r.time) >= end)
+                && status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "Reconciled" && c.status == "True");
+            if reconciled {
+                return Some(Utc::now());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    None
+}
+
+/// I1–I6 from the checker; every 202 looked up as its shopper.
+async fn check(
+    db_url: &str,
+    redis: &str,
+    sale: &SaleRef,
+    told: &storm::Told,
+    api_port: u16,
+    result: &mut RunResult,
+) -> anyhow::Result<()> {
+    let db = flashsale_workload::orders::connect(db_url, 2).await?;
+    let store = SaleStore::new(
+        flashsale_workload::redis::RedisConn::connect(&redis.parse().map_err(anyhow::Error::msg)?)
+            .await?,
+    );
+    let config = flashsale_workload::orders::sales::find_current(&db, sale)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the sale's row is gone"))?;
+    let evidence = CheckerTold {
+        accepted: told.accepted.clone(),
+        sold_out_seen: told.sold_out_seen,
+        unanswered: told.undecided,
+    };
+    let evidence = gather(
+        &db,
+        &store,
+        &stack::kafka_bootstrap(),
+        &config,
+        &evidence,
+        Duration::from_secs(60),
+    )
+    .await?;
+    let verdicts = evaluate(&evidence);
+    result.invariants = verdicts
+        .iter()
+        .map(|v| (v.id.to_string(), v.holds, v.detail.clone()))
+        .collect();
+    result.orders_lost = told
+        .accepted
+        .keys()
+        .filter(|id| !evidence.orders.contains_key(*id) && !evidence.released.contains(*id))
+        .count();
+    let live: i64 = evidence
+        .orders
+        .values()
+        .filter(|o| o.status.holds_stock())
+        .map(|o| o.quantity)
+        .sum();
+    result.oversold_units = (live - evidence.stock).max(0);
+    let http = reqwest::Client::new();
+    for (id, (shopper, _)) in &told.accepted {
+        let seen = http
+            .get(format!("http://127.0.0.1:{api_port}/v1/orders/{id}"))
+            .header("x-user-id", shopper)
+            .send()
+            .await;
+        let ok = match seen {
+            Ok(r) if r.status() == 200 => {
+                let body: serde_json::Value = r.json().await.unwrap_or_default();
+                match body["status"].as_str() {
+                    Some("UNPAID" | "PAID" | "CANCELLED" | "REFUNDED") => true,
+                    Some("FAILED") => body["failureReason"].is_string(),
+                    _ => false,
+                }
+            }
+            _ => false,
+        };
+        result.lookups_failed += usize::from(!ok);
+    }
+    result.held = verdicts.iter().all(|v| v.holds == Some(true))
+        && result.orders_lost == 0
+        && result.oversold_units == 0
+        && result.lookups_failed == 0
+        && result.converge_secs.is_some();
+    Ok(())
+}
+
+async fn install_crd(client: &Client) -> anyhow::Result<()> {
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    let crd = FlashSale::crd();
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    crds.patch(
+        &name,
+        &PatchParams::apply(flashsale_operator::context::MANAGER).force(),
+        &Patch::Apply(crd),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The run's namespace, labelled as a test's, removed on drop.
+struct TestNamespace(String);
+
+impl TestNamespace {
+    async fn create(client: &Client, name: &str) -> anyhow::Result<Self> {
+        let ns: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "labels": {stack::TEST_NAMESPACE_LABEL: "true"}}
+            }))?;
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await?;
+        Ok(Self(name.to_string()))
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        stack::remove_namespace(&self.0);
+    }
+}

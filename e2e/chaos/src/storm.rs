@@ -1,0 +1,159 @@
+//! Shoppers who retry the way real clients do: each purchase carries an
+//! `Idempotency-Key`, and after a 503, a timeout or a dropped connection
+//! the same key is sent again until a decision (202 or a 4xx) or the end.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Mutex;
+
+/// What the shoppers were told, with the instant of every answer.
+#[derive(Debug, Default)]
+pub struct Told {
+    /// Accepted orders: id -> (shopper, units).
+    pub accepted: BTreeMap<String, (String, i64)>,
+    /// Decisions and failures by "status CODE" ("error" for no answer).
+    pub answers: BTreeMap<String, u64>,
+    /// Every answer: (seconds since the storm began, whether it was a
+    /// decision — 202 or 4xx — rather than a 503 or no answer).
+    pub timeline: Vec<(f64, bool)>,
+    /// Purchases still undecided when the storm ended.
+    pub undecided: usize,
+    /// Whether any shopper heard SOLD_OUT.
+    pub sold_out_seen: bool,
+}
+
+impl Told {
+    /// Seconds during which shoppers got only 503s or no answer: the storm
+    /// cut in 250 ms slices, a slice counting when it had answers and not
+    /// one decision.
+    pub fn unavailable_secs(&self) -> f64 {
+        let mut slices: BTreeMap<u64, bool> = BTreeMap::new();
+        for &(at, decided) in &self.timeline {
+            let slice = slices.entry((at * 4.0) as u64).or_default();
+            *slice |= decided;
+        }
+        slices.values().filter(|decided| !**decided).count() as f64 / 4.0
+    }
+}
+
+/// The storm's shape.
+pub struct Storm {
+    /// The API's base URL.
+    pub url: String,
+    /// The sale's name.
+    pub sale: String,
+    /// Shoppers buying at once.
+    pub concurrency: usize,
+    /// When to stop starting purchases, and stop retrying.
+    pub until: Instant,
+}
+
+/// Runs the storm; shopper n buys 1 or 2 units once (with retries).
+pub async fn run(storm: Storm) -> Told {
+    let told = Arc::new(Mutex::new(Told::default()));
+    let began = Instant::now();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .pool_max_idle_per_host(64)
+        .build()
+        .expect("an HTTP client");
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let storm = Arc::new(storm);
+    let workers: Vec<_> = (0..storm.concurrency)
+        .map(|_| {
+            let (told, client, next, storm) =
+                (told.clone(), client.clone(), next.clone(), storm.clone());
+            tokio::spawn(async move {
+                while Instant::now() < storm.until {
+                    let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    shopper(&client, &storm, n, began, &told).await;
+                    // A shopper's think time: a steady storm, not a spin.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        let _ = worker.await;
+    }
+    Arc::try_unwrap(told)
+        .map(Mutex::into_inner)
+        .unwrap_or_default()
+}
+
+async fn shopper(
+    client: &reqwest::Client,
+    storm: &Storm,
+    n: usize,
+    began: Instant,
+    told: &Mutex<Told>,
+) {
+    let who = format!("shopper-{n}");
+    let key = format!("purchase-{n}");
+    let quantity = 1 + (n % 2) as i64;
+    loop {
+        let sent = client
+            .post(format!("{}/v1/sales/{}/orders", storm.url, storm.sale))
+            .header("x-user-id", &who)
+            .header("idempotency-key", &key)
+            .json(&serde_json::json!({ "quantity": quantity }))
+            .send()
+            .await;
+        let (status, body) = match sent {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                let body: serde_json::Value = response.json().await.unwrap_or_default();
+                (Some(status), body)
+            }
+            Err(_) => (None, serde_json::Value::Null),
+        };
+        let at = began.elapsed().as_secs_f64();
+        let decided = status.is_some_and(|s| s == 202 || (400..500).contains(&s));
+        let mut t = told.lock().await;
+        t.timeline.push((at, decided));
+        let label = match status {
+            Some(s) => format!("{s} {}", body["code"].as_str().unwrap_or("")),
+            None => "error".to_string(),
+        };
+        *t.answers.entry(label.trim().to_string()).or_default() += 1;
+        if status == Some(202) {
+            let id = body["orderId"].as_str().unwrap_or_default().to_string();
+            t.accepted.insert(id, (who, quantity));
+            return;
+        }
+        if decided {
+            t.sold_out_seen |= body["code"] == "SOLD_OUT";
+            return;
+        }
+        drop(t);
+        if Instant::now() >= storm.until {
+            told.lock().await.undecided += 1;
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unavailable_slices_have_answers_and_no_decision() {
+        let told = Told {
+            timeline: vec![
+                (0.1, true),
+                (0.3, false),
+                (0.4, false),
+                (0.6, false),
+                (0.7, true),
+                (1.1, false),
+            ],
+            ..Told::default()
+        };
+        // Slices: [0, .25) decided, [.25, .5) not, [.5, .75) decided, [1, 1.25) not.
+        assert_eq!(told.unavailable_secs(), 0.5);
+    }
+}
