@@ -37,6 +37,11 @@ pub enum ApplyError {
     /// Kubernetes.
     #[error("failed to apply the sale's Deployment or Job: {0}")]
     Kube(#[from] kube::Error),
+    /// The sale's Secret name is taken by a Secret it does not own.
+    #[error(
+        "the Secret {0} exists and does not belong to this FlashSale; it is left alone (rename or delete it)"
+    )]
+    SecretNotOwned(String),
 }
 
 /// What applying found that the status must tell.
@@ -68,11 +73,24 @@ pub(crate) async fn event(
     }
 }
 
-/// Server-side applies the sale's Secret (idempotent).
+/// Server-side applies the sale's Secret (idempotent), never over a Secret
+/// of that name that the sale does not own.
 async fn apply_secret(ctx: &Context, fs: &FlashSale, namespace: &str) -> Result<(), ApplyError> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     let secret = workload_secret(fs, &ctx.workload);
     let name = secret.metadata.name.clone().unwrap_or_default();
+    if let Some(existing) = api.get_opt(&name).await? {
+        let uid = fs.metadata.uid.as_deref();
+        let owned = existing
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| Some(o.uid.as_str()) == uid);
+        if !owned {
+            return Err(ApplyError::SecretNotOwned(name));
+        }
+    }
     api.patch(
         &name,
         &PatchParams::apply(MANAGER).force(),
@@ -234,14 +252,8 @@ pub async fn apply(
             Action::WriteMeta(meta) => {
                 ctx.store.write_meta(sale, config.shards, &meta).await?;
                 let before = obs.observed.redis.metas.first().copied().flatten();
-                if before.is_some_and(|b| b.paused != meta.paused) {
-                    let (reason, note) = if meta.paused {
-                        ("Paused", "kill switch on: purchases answer PAUSED")
-                    } else {
-                        ("Resumed", "kill switch off: purchases accepted again")
-                    };
-                    event(ctx, fs, normal, reason, "KillSwitch", note.into()).await;
-                }
+                // The kill switch's own events come from its first step
+                // (controller::kill_switch), which flipped it already.
                 if before.is_some_and(|b| b.busy != meta.busy) {
                     let (type_, reason, note) = if meta.busy {
                         (

@@ -234,6 +234,36 @@ pub fn conditions(
         .collect()
 }
 
+/// The conditions to write when a reconcile could not finish: `Degraded`
+/// with the failing dependency (or what a deletion waits for) as reason and
+/// `Ready` false; the other conditions stay as they were written. Transition
+/// times move only for a status that changed.
+pub fn degraded(
+    previous: &[Condition],
+    reason: &'static str,
+    message: String,
+    generation: Option<i64>,
+    now: DateTime<Utc>,
+) -> Vec<Condition> {
+    let replaced = conditions(
+        vec![
+            verdict("Ready", false, reason, message.clone()),
+            verdict("Degraded", true, reason, message),
+        ],
+        previous,
+        generation,
+        now,
+    );
+    let mut out: Vec<Condition> = previous
+        .iter()
+        .filter(|c| c.type_ != "Ready" && c.type_ != "Degraded")
+        .cloned()
+        .collect();
+    out.splice(0..0, replaced.iter().take(1).cloned());
+    out.extend(replaced.into_iter().skip(1));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -391,6 +421,51 @@ mod tests {
         assert_ne!(
             live(&paused).last_transition_time,
             live(&first).last_transition_time
+        );
+    }
+
+    #[test]
+    fn an_outage_degrades_and_unreadies_and_leaves_the_rest() {
+        let t0 = DateTime::from_timestamp(1_000, 0).unwrap();
+        let t1 = DateTime::from_timestamp(2_000, 0).unwrap();
+        let healthy = conditions(verdicts(&facts(SaleState::Live)), &[], Some(3), t0);
+        let down = degraded(
+            &healthy,
+            "DatabaseUnavailable",
+            "failed to read the sale's row".into(),
+            Some(4),
+            t1,
+        );
+        let find = |cs: &[Condition], t: &str| cs.iter().find(|c| c.type_ == t).cloned().unwrap();
+        assert_eq!(down.len(), 9);
+        assert_eq!(down[0].type_, "Ready");
+        assert_eq!(down[8].type_, "Degraded");
+        let (ready, degraded_now) = (find(&down, "Ready"), find(&down, "Degraded"));
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "DatabaseUnavailable")
+        );
+        assert_eq!(degraded_now.status, "True");
+        assert_eq!(
+            degraded_now.last_transition_time,
+            Time(Timestamp::from_second(2_000).unwrap())
+        );
+        assert_eq!(
+            find(&down, "Live"),
+            find(&healthy, "Live"),
+            "the rest as it was"
+        );
+        // The same outage again moves no transition time.
+        let again = degraded(
+            &down,
+            "DatabaseUnavailable",
+            "still".into(),
+            Some(4),
+            t1 + chrono::Duration::seconds(5),
+        );
+        assert_eq!(
+            find(&again, "Degraded").last_transition_time,
+            degraded_now.last_transition_time
         );
     }
 }

@@ -43,6 +43,8 @@ pub struct Context {
     pub lag_readers: Mutex<HashMap<String, Arc<LagReader>>>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// Failed reconciles in a row, by sale uid (the backoff's exponent).
+    pub failures: Mutex<HashMap<String, u32>>,
 }
 
 /// A resource the operator cannot act on: it waits for a change.

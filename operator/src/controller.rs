@@ -166,7 +166,46 @@ fn changes_observation(action: &Action) -> bool {
     )
 }
 
+/// The kill switch first, from the spec alone: PostgreSQL or Kafka being
+/// down must not delay `spec.paused` reaching the shards.
+async fn kill_switch(ctx: &Context, fs: &FlashSale) -> Result<(), Error> {
+    let config = sale_config(fs, i64::from(fs.spec.stock), 1)?;
+    match ctx
+        .store
+        .set_paused(&config.sale, config.shards, fs.spec.paused)
+        .await
+    {
+        Ok(true) => {
+            let (reason, note) = if fs.spec.paused {
+                (
+                    "Paused",
+                    "The kill switch is on: purchases are refused with PAUSED.",
+                )
+            } else {
+                (
+                    "Resumed",
+                    "The kill switch is off: purchases are accepted again.",
+                )
+            };
+            publish(
+                ctx,
+                fs,
+                EventType::Normal,
+                reason,
+                "KillSwitch",
+                note.into(),
+            )
+            .await;
+        }
+        Ok(false) => {}
+        // Redis down: nothing sells anyway; the next pass tries again.
+        Err(e) => tracing::warn!(sale = %config.sale, error = %e, "kill switch not applied"),
+    }
+    Ok(())
+}
+
 async fn reconcile_sale(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    kill_switch(&ctx, &fs).await?;
     let mut pass = 0;
     let (obs, scaling, decided, applied) = loop {
         let (obs, scaling, decided) = decide(&ctx, &fs).await?;
@@ -350,7 +389,8 @@ async fn write_status(
     Ok(())
 }
 
-async fn publish(
+/// Publishes an event about `fs` (a failure to publish is only logged).
+pub async fn publish(
     ctx: &Context,
     fs: &FlashSale,
     type_: EventType,
@@ -370,14 +410,13 @@ async fn publish(
     }
 }
 
-/// How long a deleted sale waits for its orders to drain before its topics go.
-const DRAIN_ON_DELETE: Duration = Duration::from_secs(300);
 /// Longer than the API's produce timeout: after the pause, no purchase can
 /// still add an order to the topic.
 const PRODUCE_GRACE: Duration = Duration::from_secs(5);
 
-/// On delete: stop intake, let the orders drain (bounded), then remove the
-/// sale's Redis state and topics and mark its row deleted. Orders stay.
+/// On delete: stop intake, let the orders drain (however long it takes: the
+/// finalizer stays and the status says why), then remove the sale's Redis
+/// state and topics and mark its row deleted. Orders stay.
 async fn cleanup_deleted(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let config = sale_config(&fs, i64::from(fs.spec.stock), 1)?;
     let sale = &config.sale;
@@ -402,31 +441,43 @@ async fn cleanup_deleted(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeu
         .and_then(|d| d.to_std().ok())
         .unwrap_or_default();
     let orders = topics::orders_topic(sale);
-    let lag = match flashsale_workload::bus::lag::LagReader::new(
-        &ctx.bootstrap,
-        &topics::consumer_group(sale),
-    ) {
-        Ok(reader) => reader.read(&orders).await.map(|l| l.total()).unwrap_or(0),
-        Err(_) => 0,
+    // A topic that holds unpersisted orders is never deleted: an unreadable
+    // lag is not a zero lag, and no deadline ends the wait.
+    let partitions = ctx
+        .admin
+        .partitions(&[&orders])
+        .await
+        .map_err(|e| failed(&e))?;
+    let lag = if partitions == 0 {
+        Ok(0)
+    } else {
+        match flashsale_workload::bus::lag::LagReader::new(
+            &ctx.bootstrap,
+            &topics::consumer_group(sale),
+        ) {
+            Ok(reader) => reader.read(&orders).await.map(|l| l.total()),
+            Err(e) => Err(e),
+        }
     };
     // A purchase that passed the script just before the pause may still be
     // producing (at most the API's produce timeout): its order must be
     // counted in the lag before the lag can say "drained".
     let in_flight = loaded > 0 && deleted_for < PRODUCE_GRACE;
-    if (lag > 0 || in_flight) && deleted_for < DRAIN_ON_DELETE {
-        publish(
-            &ctx,
-            &fs,
-            EventType::Normal,
-            "WaitingForDrain",
-            "Delete",
-            if lag > 0 {
-                format!("{lag} orders still in the topic")
-            } else {
-                "purchases are paused; waiting for the last ones to reach the topic".into()
-            },
-        )
-        .await;
+    let waiting = match &lag {
+        Err(e) => Some(format!(
+            "The sale's lag cannot be read ({e}); its topic is kept until every order in it is persisted."
+        )),
+        Ok(n) if *n > 0 => Some(format!(
+            "{n} orders are still in the sale's topic; it is deleted once the consumers persisted them."
+        )),
+        Ok(_) if in_flight => {
+            Some("Purchases are paused; the last ones may still be reaching the topic.".to_string())
+        }
+        Ok(_) => None,
+    };
+    if let Some(why) = waiting {
+        // A condition, and an event when it starts (not one every pass).
+        crate::outage::report(&ctx, &fs, "DeletionWaitsForDrain", why).await;
         return Err(Error::Waiting("the sale's orders to drain"));
     }
     // Drained for good: consumers serving a whole namespace (the local loop's)
@@ -507,36 +558,42 @@ pub async fn reconcile(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeue,
     ctx.metrics
         .duration
         .observe(started.elapsed().as_secs_f64());
-    if let Err(Error::Waiting(what)) = &result {
-        tracing::info!(sale = %format!("{namespace}/{}", fs.name_any()), "deletion waits for {what}");
-    } else if let Err(e) = &result {
-        ctx.metrics
-            .errors
-            .get_or_create(&crate::metrics::ErrorLabels {
-                category: e.category().into(),
-            })
-            .inc();
-        tracing::warn!(sale = %format!("{namespace}/{}", fs.name_any()), category = e.category(), error = %e, "reconcile failed");
-        publish(
-            &ctx,
-            &fs,
-            EventType::Warning,
-            "ReconcileFailed",
-            e.category(),
-            e.to_string(),
-        )
-        .await;
+    let uid = fs.metadata.uid.clone().unwrap_or_default();
+    match &result {
+        Ok(_) => crate::outage::succeeded(&ctx, &uid),
+        Err(Error::Waiting(what)) => {
+            tracing::info!(sale = %format!("{namespace}/{}", fs.name_any()), "deletion waits for {what}");
+        }
+        Err(e) => {
+            ctx.metrics
+                .errors
+                .get_or_create(&crate::metrics::ErrorLabels {
+                    category: e.category().into(),
+                })
+                .inc();
+            tracing::warn!(sale = %format!("{namespace}/{}", fs.name_any()), category = e.category(), error = %e, "reconcile failed");
+            // The status tells which dependency failed (an event only when
+            // that changes): Ready no longer says True through an outage.
+            if let Some(reason) = crate::outage::reason(e) {
+                crate::outage::report(&ctx, &fs, reason, e.to_string()).await;
+            }
+        }
     }
     result
 }
 
 /// An invalid resource waits for a change; a deletion waiting for its orders
-/// looks again in 2 s; anything else is retried in 5 s.
-pub fn error_policy(_fs: Arc<FlashSale>, error: &Error, _ctx: Arc<Context>) -> Requeue {
+/// looks again in 2 s; anything else backs off, 1 s doubling to a minute,
+/// jittered so sales failing on one outage do not retry in step.
+pub fn error_policy(fs: Arc<FlashSale>, error: &Error, ctx: Arc<Context>) -> Requeue {
     match error {
         Error::Invalid(_) => Requeue::requeue(Duration::from_secs(300)),
         Error::Waiting(_) => Requeue::requeue(Duration::from_secs(2)),
-        _ => Requeue::requeue(Duration::from_secs(5)),
+        _ => {
+            let uid = fs.metadata.uid.clone().unwrap_or_default();
+            let failures = crate::outage::failed(&ctx, &uid);
+            Requeue::requeue(crate::outage::backoff(failures - 1, rand::random::<f64>()))
+        }
     }
 }
 
@@ -561,6 +618,7 @@ pub async fn run(
     };
     let owned =
         watcher::Config::default().labels("app.kubernetes.io/managed-by=flashsale-operator");
+    let kill_switch = tokio::spawn(kill_switch_watch(ctx.clone(), sales.clone()));
     Controller::new(sales, watcher::Config::default())
         .owns(deployments, owned.clone())
         .owns(jobs, owned)
@@ -572,4 +630,25 @@ pub async fn run(
             }
         })
         .await;
+    kill_switch.abort();
+}
+
+/// The kill switch on a watch of its own: a change of `spec.paused` reaches
+/// the shards at once, even while that sale's reconcile waits on a database
+/// or Kafka that is down (reconciles of one object run one at a time).
+async fn kill_switch_watch(ctx: Arc<Context>, sales: Api<FlashSale>) {
+    use kube::runtime::WatchStreamExt;
+    let changes = watcher(sales, watcher::Config::default())
+        .default_backoff()
+        .applied_objects();
+    futures::pin_mut!(changes);
+    while let Some(change) = changes.next().await {
+        // A sale being deleted stays paused: its finalizer paused it.
+        if let Ok(fs) = change
+            && fs.metadata.deletion_timestamp.is_none()
+            && let Err(e) = kill_switch(&ctx, &fs).await
+        {
+            tracing::debug!(error = %e, "kill switch not applied");
+        }
+    }
 }

@@ -11,6 +11,7 @@ pub mod controller;
 pub mod crd;
 pub mod metrics;
 pub mod observe;
+pub mod outage;
 pub mod plan;
 pub mod resources;
 pub mod scaling;

@@ -218,6 +218,7 @@ async fn main() -> anyhow::Result<()> {
         },
         lag_readers: Mutex::new(HashMap::new()),
         metrics: metrics.clone(),
+        failures: Mutex::new(HashMap::new()),
     });
 
     let lease = LeaseManagerBuilder::new(client.clone(), &args.lease_name)

@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EnvFromSource, EnvVar, HTTPGetAction, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, ResourceRequirements, Secret, SecretEnvSource, SecurityContext,
+    Capabilities, Container, ContainerPort, EnvFromSource, EnvVar, HTTPGetAction,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
+    Secret, SecretEnvSource, SecurityContext,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -28,13 +29,13 @@ pub const JOB_INDEX_LABEL: &str = "flashsale.dev/index";
 /// unchanged object is not applied again on every reconcile.
 pub const APPLIED_HASH: &str = "flashsale.dev/applied-hash";
 
-/// A stable hash of an object's JSON.
+/// A stable hash of an object's JSON: FNV-1a, whose definition is fixed
+/// (std's `DefaultHasher` may change between Rust releases, and every
+/// Deployment would roll on an operator upgrade).
 fn hash_of(value: &impl serde::Serialize) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::hash::DefaultHasher::new();
-    serde_json::to_string(value)
-        .unwrap_or_default()
-        .hash(&mut hasher);
+    use std::hash::Hasher;
+    let mut hasher = fnv::FnvHasher::default();
+    hasher.write(serde_json::to_string(value).unwrap_or_default().as_bytes());
     format!("{:016x}", hasher.finish())
 }
 
@@ -136,21 +137,51 @@ fn env(fs: &FlashSale) -> Vec<EnvVar> {
     ]
 }
 
-/// Runs as nobody, read-only root, no privilege: the binaries need none.
+/// Runs as nobody, read-only root, no privilege, no capability, the
+/// runtime's seccomp profile: the Pod Security `restricted` profile (the
+/// binaries need nothing more).
 fn hardened() -> (Option<PodSecurityContext>, Option<SecurityContext>) {
     (
         Some(PodSecurityContext {
             run_as_non_root: Some(true),
             run_as_user: Some(65534),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                ..SeccompProfile::default()
+            }),
             ..PodSecurityContext::default()
         }),
         Some(SecurityContext {
             allow_privilege_escalation: Some(false),
             read_only_root_filesystem: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                ..Capabilities::default()
+            }),
             ..SecurityContext::default()
         }),
     )
 }
+
+/// Requests and limits: (cpu request, memory request, cpu limit, memory limit).
+fn resources(cpu: &str, memory: &str, cpu_limit: &str, memory_limit: &str) -> ResourceRequirements {
+    let quantities = |cpu: &str, memory: &str| {
+        BTreeMap::from([
+            ("cpu".into(), Quantity(cpu.into())),
+            ("memory".into(), Quantity(memory.into())),
+        ])
+    };
+    ResourceRequirements {
+        requests: Some(quantities(cpu, memory)),
+        limits: Some(quantities(cpu_limit, memory_limit)),
+        ..ResourceRequirements::default()
+    }
+}
+
+/// The longest a reconciliation or cleanup Job may run: its drain wait
+/// (2 min by default) and the work after it, with room to spare. A hung Job
+/// then fails, and the sale says so, instead of staying Ended forever.
+pub const JOB_DEADLINE_SECS: i64 = 900;
 
 fn container(fs: &FlashSale, settings: &WorkloadSettings, name: &str, args: &[&str]) -> Container {
     let sale = fs.metadata.name.as_deref().unwrap_or_default();
@@ -191,17 +222,7 @@ pub fn consumer_deployment(fs: &FlashSale, settings: &WorkloadSettings) -> Deplo
         container_port: 9090,
         ..ContainerPort::default()
     }]);
-    consumer.resources = Some(ResourceRequirements {
-        requests: Some(BTreeMap::from([
-            ("cpu".into(), Quantity(cpu.clone())),
-            ("memory".into(), Quantity(memory.clone())),
-        ])),
-        limits: Some(BTreeMap::from([(
-            "memory".into(),
-            Quantity(memory_limit.clone()),
-        )])),
-        ..ResourceRequirements::default()
-    });
+    consumer.resources = Some(resources(cpu, memory, "1", memory_limit));
     let health = Probe {
         http_get: Some(HTTPGetAction {
             path: Some("/healthz".into()),
@@ -277,6 +298,7 @@ pub fn job(fs: &FlashSale, settings: &WorkloadSettings, kind: JobKind) -> Job {
         labels.insert(JOB_INDEX_LABEL.into(), index.to_string());
     }
     let mut container = container(fs, settings, component, &args);
+    container.resources = Some(resources("50m", "64Mi", "1", "256Mi"));
     if let Some(env) = container.env.as_mut() {
         env.push(EnvVar {
             name: "FLASHSALE_RESERVATION_MIN_AGE".into(),
@@ -288,6 +310,7 @@ pub fn job(fs: &FlashSale, settings: &WorkloadSettings, kind: JobKind) -> Job {
         metadata: metadata(fs, job_name(&name, kind), labels.clone()),
         spec: Some(JobSpec {
             backoff_limit: Some(3),
+            active_deadline_seconds: Some(JOB_DEADLINE_SECS),
             ttl_seconds_after_finished: ttl,
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
@@ -423,5 +446,50 @@ mod tests {
                 .unwrap()[JOB_INDEX_LABEL],
             "7"
         );
+    }
+
+    /// Every pod the operator builds meets Pod Security `restricted` and
+    /// has requests and limits; Jobs have a deadline.
+    #[test]
+    fn pods_are_restricted_bounded_and_jobs_have_a_deadline() {
+        let d = consumer_deployment(&sale(), &settings());
+        let consumer_pod = d.spec.unwrap().template.spec.unwrap();
+        let jobs: Vec<Job> = [JobKind::Periodic(1), JobKind::Final, JobKind::Cleanup]
+            .into_iter()
+            .map(|kind| job(&sale(), &settings(), kind))
+            .collect();
+        let mut pods = vec![consumer_pod];
+        for j in &jobs {
+            let spec = j.spec.clone().unwrap();
+            assert_eq!(spec.active_deadline_seconds, Some(JOB_DEADLINE_SECS));
+            pods.push(spec.template.spec.unwrap());
+        }
+        for pod in pods {
+            let sc = pod.security_context.unwrap();
+            assert_eq!(sc.run_as_non_root, Some(true));
+            assert_eq!(sc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+            for c in pod.containers {
+                let csc = c.security_context.unwrap();
+                assert_eq!(csc.allow_privilege_escalation, Some(false));
+                assert_eq!(
+                    csc.capabilities.unwrap().drop,
+                    Some(vec!["ALL".to_string()])
+                );
+                let r = c.resources.unwrap();
+                for set in [r.requests.unwrap(), r.limits.unwrap()] {
+                    assert!(
+                        set.contains_key("cpu") && set.contains_key("memory"),
+                        "{set:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The applied hash has a fixed definition (FNV-1a of the JSON): an
+    /// operator built by another Rust release hashes the same object alike.
+    #[test]
+    fn the_applied_hash_is_pinned() {
+        assert_eq!(hash_of(&serde_json::json!({"a": 1})), "9c3e82dd6fcae8b1");
     }
 }

@@ -336,3 +336,48 @@ async fn a_shrink_during_a_storm_keeps_every_promise() {
         "Redis and the database agree on what is left"
     );
 }
+
+/// The sale's Secret is never written over a Secret of that name it does
+/// not own: the sale says so in its status and the Secret stays as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_the_sale_does_not_own_is_left_alone() {
+    let client = common::client().await;
+    common::install_crd(&client).await;
+    let ns = common::namespace(&client).await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
+    let theirs: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "taken-workload"},
+        "stringData": {"DATABASE_URL": "somebody else's"},
+    }))
+    .unwrap();
+    secrets
+        .create(&kube::api::PostParams::default(), &theirs)
+        .await
+        .unwrap();
+    let db_url = stack::fresh_database_url().await;
+    let _operator = common::Operator::start(&ns, &db_url, "flashsale-operator", "taken");
+    let sales: Api<FlashSale> = Api::namespaced(client, &ns);
+    let manifest = common::manifest("taken", &ns, 2, 600);
+    let fs: FlashSale = serde_json::from_value(manifest).unwrap();
+    sales
+        .create(&kube::api::PostParams::default(), &fs)
+        .await
+        .unwrap();
+    common::wait_for(
+        Duration::from_secs(20),
+        "the conflict in the status",
+        || async {
+            let fs = sales.get("taken").await.ok()?;
+            (condition(&fs, "Degraded")? == ("True".into(), "SecretConflict".into())).then_some(())
+        },
+    )
+    .await;
+    let secret = secrets.get("taken-workload").await.unwrap();
+    let data = secret.data.unwrap();
+    assert_eq!(
+        data["DATABASE_URL"].0,
+        b"somebody else's".to_vec(),
+        "the Secret is as it was"
+    );
+    assert!(secret.metadata.owner_references.is_none());
+}

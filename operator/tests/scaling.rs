@@ -286,3 +286,66 @@ async fn backpressure_answers_busy_above_max_lag_and_clears_when_drained() {
     )
     .await;
 }
+
+/// Deleting a sale whose topic still holds unpersisted orders never deletes
+/// the topic: the finalizer stays and the status says why, however long the
+/// drain takes; once drained, the deletion finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_sale_keeps_its_topic_until_its_orders_are_persisted() {
+    let live = live_sale(
+        "drain-first",
+        serde_json::json!({"minReplicas": 0, "maxReplicas": 2}),
+    )
+    .await;
+    produce(&live.sale, 50, |_| {}).await;
+    live.sales
+        .delete("drain-first", &Default::default())
+        .await
+        .unwrap();
+    let fs = common::wait_for(
+        Duration::from_secs(20),
+        "the deletion to say why it waits",
+        || async {
+            let fs = live.sales.get("drain-first").await.ok()?;
+            let degraded = fs
+                .status
+                .as_ref()?
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Degraded" && c.status == "True")?
+                .clone();
+            (degraded.reason == "DeletionWaitsForDrain").then_some(degraded)
+        },
+    )
+    .await;
+    println!("deletion waits: {}", fs.message);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(
+        live.sales.get_opt("drain-first").await.unwrap().is_some(),
+        "the finalizer stays while orders wait"
+    );
+    let admin = flashsale_workload::bus::admin::Admin::new(&stack::kafka_bootstrap()).unwrap();
+    assert!(
+        admin
+            .partitions(&[&topics::orders_topic(&live.sale)])
+            .await
+            .unwrap()
+            > 0,
+        "the topic with unpersisted orders is kept"
+    );
+    // The orders are persisted (here: their offsets committed): it goes.
+    drain(&live.sale);
+    common::wait_for(
+        Duration::from_secs(60),
+        "the deletion to finish",
+        || async {
+            live.sales
+                .get_opt("drain-first")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+}

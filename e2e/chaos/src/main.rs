@@ -61,13 +61,15 @@ async fn main() -> anyhow::Result<()> {
     let top = args.seed.unwrap_or_else(rand::random);
     let size = if args.short {
         run::Size {
-            stock: 120,
+            stock: 600,
             window_secs: 10,
+            rate: 50,
         }
     } else {
         run::Size {
-            stock: 300,
+            stock: 2000,
             window_secs: 16,
+            rate: 100,
         }
     };
     let dir = args.results.join(format!(

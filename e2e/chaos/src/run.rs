@@ -33,6 +33,9 @@ pub struct Size {
     pub stock: i64,
     /// The window, seconds.
     pub window_secs: i64,
+    /// New purchases per second (1.5 units each on average): the stock
+    /// sells out late in the window.
+    pub rate: u32,
 }
 
 /// What one run found.
@@ -273,6 +276,7 @@ async fn run_inner(
         url: format!("http://127.0.0.1:{api_port}"),
         sale: "storm".into(),
         concurrency: 24,
+        rate: size.rate,
         until: storm_until,
     }));
     sleep_until(strike_at).await;

@@ -25,16 +25,22 @@ pub struct Told {
 }
 
 impl Told {
-    /// Seconds during which shoppers got only 503s or no answer: the storm
-    /// cut in 250 ms slices, a slice counting when it had answers and not
-    /// one decision.
+    /// Seconds during which no shopper got a decision (a 202 or a 4xx): the
+    /// gaps between consecutive decisions, less the quarter second a steady
+    /// storm may take between two. Answers that are 503s or lost connections,
+    /// and requests left hanging, are all time without a decision.
     pub fn unavailable_secs(&self) -> f64 {
-        let mut slices: BTreeMap<u64, bool> = BTreeMap::new();
-        for &(at, decided) in &self.timeline {
-            let slice = slices.entry((at * 4.0) as u64).or_default();
-            *slice |= decided;
-        }
-        slices.values().filter(|decided| !**decided).count() as f64 / 4.0
+        let mut decided: Vec<f64> = self
+            .timeline
+            .iter()
+            .filter(|(_, d)| *d)
+            .map(|(at, _)| *at)
+            .collect();
+        decided.sort_by(f64::total_cmp);
+        decided
+            .windows(2)
+            .map(|w| (w[1] - w[0] - 0.25).max(0.0))
+            .sum()
     }
 }
 
@@ -46,6 +52,9 @@ pub struct Storm {
     pub sale: String,
     /// Shoppers buying at once.
     pub concurrency: usize,
+    /// New purchases per second in all: the stock lasts most of the window,
+    /// so the fault strikes a sale that is still selling.
+    pub rate: u32,
     /// When to stop starting purchases, and stop retrying.
     pub until: Instant,
 }
@@ -66,11 +75,15 @@ pub async fn run(storm: Storm) -> Told {
             let (told, client, next, storm) =
                 (told.clone(), client.clone(), next.clone(), storm.clone());
             tokio::spawn(async move {
+                // Each worker starts a purchase every `concurrency / rate` s.
+                let every =
+                    Duration::from_secs_f64(storm.concurrency as f64 / f64::from(storm.rate));
+                let mut tick = tokio::time::interval(every);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 while Instant::now() < storm.until {
+                    tick.tick().await;
                     let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     shopper(&client, &storm, n, began, &told).await;
-                    // A shopper's think time: a steady storm, not a spin.
-                    tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             })
         })
@@ -141,19 +154,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn unavailable_slices_have_answers_and_no_decision() {
+    fn unavailable_is_time_between_decisions() {
         let told = Told {
             timeline: vec![
                 (0.1, true),
-                (0.3, false),
-                (0.4, false),
-                (0.6, false),
-                (0.7, true),
-                (1.1, false),
+                (0.2, true),
+                (0.5, false),
+                (1.0, false),
+                (2.2, true),
+                (2.3, true),
+                (3.0, true),
             ],
             ..Told::default()
         };
-        // Slices: [0, .25) decided, [.25, .5) not, [.5, .75) decided, [1, 1.25) not.
-        assert_eq!(told.unavailable_secs(), 0.5);
+        // Gaps: 0.1 (steady), 2.0 (a stall), 0.1, 0.7.
+        let secs = told.unavailable_secs();
+        assert!((secs - (1.75 + 0.45)).abs() < 1e-9, "{secs}");
     }
 }

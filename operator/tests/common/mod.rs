@@ -78,9 +78,16 @@ impl Drop for TestNamespace {
 
 /// A new namespace for one test, labelled as a test's.
 pub async fn namespace(client: &Client) -> TestNamespace {
+    namespace_labelled(client, serde_json::json!({})).await
+}
+
+/// A new namespace for one test with these labels too.
+pub async fn namespace_labelled(client: &Client, labels: serde_json::Value) -> TestNamespace {
     let name = stack::unique_name("t");
+    let mut all = labels;
+    all[stack::TEST_NAMESPACE_LABEL] = serde_json::json!("true");
     let ns: Namespace = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name, "labels": {stack::TEST_NAMESPACE_LABEL: "true"}}
+        "metadata": {"name": name, "labels": all}
     }))
     .unwrap();
     Api::<Namespace>::all(client.clone())

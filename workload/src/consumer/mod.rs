@@ -63,7 +63,7 @@ impl Default for ConsumerSettings {
 pub struct SaleConsumer {
     config: SaleConfig,
     bootstrap: String,
-    consumer: StreamConsumer,
+    consumer: StreamConsumer<RebalanceLog>,
     dead_letters: FutureProducer,
     db: PgPool,
     store: SaleStore,
@@ -128,12 +128,21 @@ impl SaleConsumer {
         settings: ConsumerSettings,
         metrics: Arc<Metrics>,
     ) -> Result<Self, rdkafka::error::KafkaError> {
-        let consumer: StreamConsumer = client_config(bootstrap)
+        // Eager (round-robin) rebalancing: with cooperative-sticky, a
+        // partition taken over from a SIGKILLed member was seen assigned and
+        // never fetched again (its lag frozen; the e2e test's drain timed
+        // out twice), a failure librdkafka users report too. A member that
+        // dies without leaving is noticed after the session timeout.
+        let consumer: StreamConsumer<RebalanceLog> = client_config(bootstrap)
             .set("group.id", topics::consumer_group(&config.sale))
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest")
-            .set("partition.assignment.strategy", "cooperative-sticky")
-            .create()?;
+            .set("partition.assignment.strategy", "roundrobin")
+            .set("session.timeout.ms", "10000")
+            .set("heartbeat.interval.ms", "2000")
+            .create_with_context(RebalanceLog {
+                sale: config.sale.to_string(),
+            })?;
         consumer.subscribe(&[&topics::orders_topic(&config.sale)])?;
         let dead_letters = client_config(bootstrap)
             .set("enable.idempotence", "true")
@@ -580,6 +589,42 @@ impl SaleConsumer {
         // which changes nothing.
         if let Err(e) = self.consumer.commit(&tpl, CommitMode::Async) {
             tracing::warn!(sale = %self.config.sale, error = %e, "offset commit failed; the batch will be redelivered");
+        }
+    }
+}
+
+/// Logs every change of a consumer's partitions: which member reads which
+/// partition is what an SRE needs when a lag does not move.
+pub struct RebalanceLog {
+    sale: String,
+}
+
+impl rdkafka::ClientContext for RebalanceLog {}
+
+impl rdkafka::consumer::ConsumerContext for RebalanceLog {
+    fn post_rebalance(
+        &self,
+        _consumer: &rdkafka::consumer::BaseConsumer<Self>,
+        rebalance: &rdkafka::consumer::Rebalance<'_>,
+    ) {
+        use rdkafka::consumer::Rebalance;
+        let partitions = |tpl: &TopicPartitionList| {
+            tpl.elements()
+                .iter()
+                .map(|e| e.partition().to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                tracing::info!(sale = %self.sale, partitions = %partitions(tpl), "partitions assigned")
+            }
+            Rebalance::Revoke(tpl) => {
+                tracing::info!(sale = %self.sale, partitions = %partitions(tpl), "partitions revoked")
+            }
+            Rebalance::Error(e) => {
+                tracing::warn!(sale = %self.sale, error = %e, "rebalance failed")
+            }
         }
     }
 }

@@ -38,7 +38,11 @@ pub enum EvidenceError {
 }
 
 /// Waits (up to `timeout`) until the consumer group has no lag and every
-/// accepted order is persisted or released, then reads both stores.
+/// accepted order is persisted or released, then reads both stores at a
+/// quiet moment: no stock return pending (a cancel or a payment timeout
+/// commits in the database first and releases in Redis after) and the
+/// database the same before and after Redis is read. Otherwise a
+/// cancellation between the two reads looks like drift.
 pub async fn gather(
     db: &PgPool,
     store: &SaleStore,
@@ -63,8 +67,15 @@ pub async fn gather(
                 .accepted
                 .keys()
                 .all(|id| snapshot.orders.contains_key(id) || released.contains(id));
-            if settled || Instant::now() >= deadline {
-                return read(store, config, told, snapshot, released).await;
+            let quiet = returns_pending(db, config).await? == 0;
+            if (settled && quiet) || Instant::now() >= deadline {
+                let evidence = read(store, config, told, snapshot.clone(), released).await?;
+                let after = reconciliation::snapshot(db, config.id)
+                    .await
+                    .map_err(|e| err(&e))?;
+                if after == snapshot || Instant::now() >= deadline {
+                    return Ok(evidence);
+                }
             }
         }
         if Instant::now() >= deadline {
@@ -72,6 +83,12 @@ pub async fn gather(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+async fn returns_pending(db: &PgPool, config: &SaleConfig) -> Result<i64, EvidenceError> {
+    crate::orders::order::stock_returns_pending(db, &config.sale)
+        .await
+        .map_err(|e| EvidenceError::Store(e.to_string()))
 }
 
 async fn released(

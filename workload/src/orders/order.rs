@@ -450,6 +450,18 @@ pub async fn pending_stock_returns(
     .await
 }
 
+/// Stock returns of `sale` recorded and not yet taken by Redis.
+pub async fn stock_returns_pending(
+    db: &sqlx::PgPool,
+    sale: &crate::domain::sale::SaleRef,
+) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM stock_returns WHERE namespace = $1 AND name = $2")
+        .bind(&sale.namespace)
+        .bind(&sale.name)
+        .fetch_one(db)
+        .await
+}
+
 /// Forgets stock returns Redis took.
 pub async fn forget_stock_returns(db: &sqlx::PgPool, order_ids: &[Uuid]) -> sqlx::Result<()> {
     sqlx::query("DELETE FROM stock_returns WHERE order_id = ANY($1)")

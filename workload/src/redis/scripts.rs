@@ -30,6 +30,8 @@ pub struct Scripts {
     pub stale: Script,
     /// `lua/fence.lua`: marks a shard of a lost state so it sells nothing.
     pub fence: Script,
+    /// `lua/pause.lua`: the kill switch of one shard.
+    pub pause: Script,
 }
 
 /// The process-wide scripts.
@@ -45,4 +47,5 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     probe: Script::new(include_str!("../../../lua/probe.lua")),
     stale: Script::new(include_str!("../../../lua/stale.lua")),
     fence: Script::new(include_str!("../../../lua/fence.lua")),
+    pause: Script::new(include_str!("../../../lua/pause.lua")),
 });

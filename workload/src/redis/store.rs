@@ -536,6 +536,37 @@ impl SaleStore {
         Ok(())
     }
 
+    /// The kill switch alone (`lua/pause.lua`): sets `paused` in every shard
+    /// that has metadata, if shard 0 does not say so already (one read on
+    /// the common path). Returns whether any shard changed.
+    pub async fn set_paused(
+        &self,
+        sale: &SaleRef,
+        shards: u32,
+        paused: bool,
+    ) -> Result<bool, StoreError> {
+        let flag = if paused { "1" } else { "0" };
+        let now: Option<String> = self
+            .conn
+            .clone()
+            .hget(ShardKeys::new(sale, 0).meta, "paused")
+            .await?;
+        if now.is_none() || now.as_deref() == Some(flag) {
+            return Ok(false);
+        }
+        let changed = try_join_all((0..shards).map(|shard| async move {
+            let changed: i64 = SCRIPTS
+                .pause
+                .key(ShardKeys::new(sale, shard).meta)
+                .arg(flag)
+                .invoke_async(&mut self.conn.clone())
+                .await?;
+            Ok::<_, StoreError>(changed == 1)
+        }))
+        .await?;
+        Ok(changed.into_iter().any(|c| c))
+    }
+
     /// Sets each shard's stock (warm-up and repairs), no TTL.
     pub async fn set_stocks(&self, sale: &SaleRef, stocks: &[i64]) -> Result<(), StoreError> {
         try_join_all(stocks.iter().enumerate().map(|(shard, stock)| async move {
