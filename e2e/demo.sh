@@ -133,5 +133,5 @@ events=$(kubectl get events -n "$NS" --field-selector "involvedObject.kind=Flash
   --sort-by=.metadata.creationTimestamp -o custom-columns=REASON:.reason,MESSAGE:.message --no-headers)
 sed 's/^/    /' <<<"$events"
 # The states the sale went through, as its state-change events tell them.
-reached=$(awk 'NF == 4 && $3 == "->" { print $4 }' <<<"$events" | paste -sd' ' | sed 's/ / -> /g')
+reached=$(sed -n 's/^[A-Za-z]* *The sale went from [A-Za-z]* to \([A-Za-z]*\)\.$/\1/p' <<<"$events" | paste -sd' ' | sed 's/ / -> /g')
 say "lifecycle reached: $reached; report in $RESULTS/"

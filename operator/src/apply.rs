@@ -73,6 +73,11 @@ pub(crate) async fn event(
     }
 }
 
+/// A lag for people: the count, or that it could not be read.
+pub fn lag_words(lag: Option<i64>) -> String {
+    lag.map_or("an unknown number of".to_string(), |l| l.to_string())
+}
+
 /// Server-side applies the sale's Secret (idempotent), never over a Secret
 /// of that name that the sale does not own.
 async fn apply_secret(ctx: &Context, fs: &FlashSale, namespace: &str) -> Result<(), ApplyError> {
@@ -171,10 +176,14 @@ pub async fn apply(
                     ctx,
                     fs,
                     normal,
-                    "TopicsCreated",
+                    if obs.partitions == 0 {
+                        "TopicsCreated"
+                    } else {
+                        "PartitionsAdded"
+                    },
                     "CreateTopics",
                     format!(
-                        "{orders} and {dlq}, {} partitions",
+                        "The topics {orders} and {dlq} have {} partitions (consumers.maxReplicas).",
                         fs.spec.consumers.max_replicas
                     ),
                 )
@@ -260,15 +269,18 @@ pub async fn apply(
                             EventType::Warning,
                             "BackpressureOn",
                             format!(
-                                "lag {:?} above maxLag: purchases answer BUSY",
-                                obs.observed.lag
+                                "{} orders wait for the consumers, above maxLag: purchases are refused with BUSY.",
+                                lag_words(obs.observed.lag)
                             ),
                         )
                     } else {
                         (
                             normal,
                             "BackpressureOff",
-                            format!("lag {:?}: purchases accepted again", obs.observed.lag),
+                            format!(
+                                "{} orders wait for the consumers: purchases are accepted again.",
+                                lag_words(obs.observed.lag)
+                            ),
                         )
                     };
                     event(ctx, fs, type_, reason, "Backpressure", note).await;
@@ -315,8 +327,8 @@ pub async fn apply(
                     }
                     let from = current.map_or("none".to_string(), |c| c.to_string());
                     let note = format!(
-                        "consumers {from} -> {replicas} (lag {:?})",
-                        obs.observed.lag
+                        "Consumers scaled from {from} to {replicas}: {} orders wait.",
+                        lag_words(obs.observed.lag)
                     );
                     event(ctx, fs, normal, "Scaled", "Scale", note).await;
                 }

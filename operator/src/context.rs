@@ -45,6 +45,11 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Failed reconciles in a row, by sale uid (the backoff's exponent).
     pub failures: Mutex<HashMap<String, u32>>,
+    /// When each sale's status was last written, by uid.
+    pub status_writes: Mutex<HashMap<String, std::time::Instant>>,
+    /// Whether this replica may act: set while it holds the Lease, cleared
+    /// before the Lease could expire unrenewed (`crate::fence`).
+    pub leading: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A resource the operator cannot act on: it waits for a change.

@@ -29,7 +29,7 @@ use crate::crd::{
     ConsumersStatus, FlashSale, FlashSaleStatus, ReconciliationSummary, SaleState, StockStatus,
 };
 use crate::observe::{Observation, ObserveError, observe};
-use crate::plan::{Action, Plan, Refused, Timeline, Wanted, plan};
+use crate::plan::{Action, JobKind, Plan, Refused, Timeline, Wanted, plan};
 use crate::resources::consumers_name;
 use crate::scaling::{ScalingDecision, ScalingMemory, ScalingSpec, desired_replicas, next_check};
 
@@ -291,8 +291,8 @@ async fn write_status(
         Some((
             "Backpressure",
             format!(
-                "order lag {:?} is above maxLag {}: purchases answer BUSY",
-                obs.observed.lag,
+                "{} orders wait for the consumers, above maxLag {}: purchases are refused with BUSY",
+                crate::apply::lag_words(obs.observed.lag),
                 fs.spec.consumers.effective_max_lag()
             ),
         ))
@@ -347,6 +347,15 @@ async fn write_status(
                 .map(MicroTime),
             busy: scaling.memory.busy,
         }),
+        periodic_reconciliations: decided
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::StartJob(JobKind::Periodic(n)) => Some(*n),
+                _ => None,
+            })
+            .chain(previous.periodic_reconciliations)
+            .max(),
         last_reconciliation: obs.last_run.as_ref().map(|r| ReconciliationSummary {
             time: to_time(r.finished_at),
             drift_found: r.drift_found,
@@ -359,18 +368,32 @@ async fn write_status(
             now,
         ),
     };
-    if previous.state != status.state {
+    let transition = (previous.state != status.state).then(|| {
         let from = previous
             .state
             .map_or("new".to_string(), |s| format!("{s:?}"));
         // The new state is the reason, so each transition is its own event.
         let reason = format!("{:?}", decided.state);
-        let note = format!("{from} -> {reason}");
-        publish(ctx, fs, EventType::Normal, &reason, "Transition", note).await;
-    }
-    // An unchanged status is not written: every write is a watch event, and
-    // so another reconcile.
-    if fs.status.as_ref() == Some(&status) {
+        let note = format!("The sale went from {from} to {reason}.");
+        (reason, note)
+    });
+    // Every write is a watch event, and so another reconcile: an unchanged
+    // status is not written, counters at most once per poll interval.
+    let uid = fs.metadata.uid.clone().unwrap_or_default();
+    let last_write = ctx
+        .status_writes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&uid)
+        .copied();
+    let every: Duration = fs.spec.consumers.poll_interval.into();
+    if !crate::throttle::write_now(
+        fs.status.as_ref(),
+        &status,
+        last_write,
+        every,
+        Instant::now(),
+    ) {
         return Ok(());
     }
     let api: Api<FlashSale> = Api::namespaced(ctx.client.clone(), &obs.config.sale.namespace);
@@ -386,6 +409,14 @@ async fn write_status(
     )
     .await
     .map_err(Error::Status)?;
+    ctx.status_writes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(uid, Instant::now());
+    // Announced once the status says it.
+    if let Some((reason, note)) = transition {
+        publish(ctx, fs, EventType::Normal, &reason, "Transition", note).await;
+    }
     Ok(())
 }
 
@@ -524,6 +555,10 @@ async fn cleanup_deleted(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeu
         .await
         .map_err(|e| failed(&e))?;
     ctx.forget_lag_reader(&config.id.to_string());
+    ctx.status_writes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(fs.metadata.uid.as_deref().unwrap_or_default());
     ctx.metrics.forget(&sale.to_string());
     publish(
         &ctx,
@@ -539,6 +574,11 @@ async fn cleanup_deleted(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeu
 
 /// The reconcile entry point: the finalizer helper around apply and cleanup.
 pub async fn reconcile(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    // A replica that may have lost the Lease acts on nothing: another may
+    // lead already, with a newer view of the spec.
+    if !ctx.leading.load(std::sync::atomic::Ordering::Acquire) {
+        return Ok(Requeue::await_change());
+    }
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
     let namespace = fs.namespace().unwrap_or_default();
@@ -646,6 +686,7 @@ async fn kill_switch_watch(ctx: Arc<Context>, sales: Api<FlashSale>) {
         // A sale being deleted stays paused: its finalizer paused it.
         if let Ok(fs) = change
             && fs.metadata.deletion_timestamp.is_none()
+            && ctx.leading.load(std::sync::atomic::Ordering::Acquire)
             && let Err(e) = kill_switch(&ctx, &fs).await
         {
             tracing::debug!(error = %e, "kill switch not applied");

@@ -29,8 +29,15 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "End", type_ = "string", json_path = ".spec.window.end"),
     printcolumn(name = "Lag", type_ = "integer", json_path = ".status.consumers.lag"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(name = "Shards", type_ = "integer", json_path = ".spec.sharding.shards", priority = 1),
+    printcolumn(name = "Remaining", type_ = "integer", json_path = ".status.stock.remaining", priority = 1),
+    printcolumn(name = "Replicas", type_ = "integer", json_path = ".status.consumers.replicas", priority = 1),
     validation = Rule::new("self.metadata.name.size() <= 40 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')")
         .message("metadata.name must be a DNS label of at most 40 characters: it names the sale's Deployment, topics and Redis keys"),
+    validation = Rule::new("!has(oldSelf.status) || !has(oldSelf.status.state) || oldSelf.status.state in ['Scheduled', 'Warming', 'Warm'] || self.spec.window.start == oldSelf.spec.window.start")
+        .message("window.start cannot move once the sale has opened"),
+    validation = Rule::new("!has(oldSelf.status) || !has(oldSelf.status.state) || oldSelf.status.state in ['Scheduled', 'Warming', 'Warm'] || self.spec.window.end >= oldSelf.spec.window.end")
+        .message("window.end may only be extended once the sale has opened"),
 )]
 #[x_kube(validation = Rule::new("self.window.end > self.window.start").message("window.end must be after window.start"))]
 #[x_kube(validation = Rule::new("self.consumers.minReplicas <= self.consumers.maxReplicas").message("consumers.minReplicas must not exceed consumers.maxReplicas"))]
@@ -292,9 +299,14 @@ pub struct FlashSaleStatus {
     /// The last reconciliation's findings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_reconciliation: Option<ReconciliationSummary>,
+    /// The index of the last periodic reconciliation Job started (its Job is
+    /// removed an hour after it finishes; this is not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub periodic_reconciliations: Option<u64>,
     /// Conditions: Ready, Warmed, Live, Paused, SoldOut, ConsumersReady,
     /// Reconciled, CleanedUp, Degraded.
     #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
 }
 

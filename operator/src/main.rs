@@ -100,8 +100,10 @@ struct Args {
     /// This replica's identity in the Lease (default: POD_NAME, else host and pid).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
-    /// Seconds a Lease is held without renewal before another replica may take it.
-    #[arg(long, env = "FLASHSALE_LEASE_SECONDS", default_value_t = 15)]
+    /// Seconds a Lease is held without renewal before another replica may
+    /// take it (at least 6: renewal, watchdog and takeover need the room).
+    #[arg(long, env = "FLASHSALE_LEASE_SECONDS", default_value_t = 15,
+          value_parser = clap::value_parser!(u64).range(6..))]
     lease_seconds: u64,
     /// Log format: json or text.
     #[arg(long, env = "FLASHSALE_LOG_FORMAT", default_value = "text")]
@@ -219,13 +221,15 @@ async fn main() -> anyhow::Result<()> {
         lag_readers: Mutex::new(HashMap::new()),
         metrics: metrics.clone(),
         failures: Mutex::new(HashMap::new()),
+        status_writes: Mutex::new(HashMap::new()),
+        leading: Arc::new(AtomicBool::new(false)),
     });
 
     let lease = LeaseManagerBuilder::new(client.clone(), &args.lease_name)
         .with_namespace(&args.lease_namespace)
         .with_identity(&identity)
         .with_duration(args.lease_seconds)
-        .with_grace(args.lease_seconds.div_ceil(3).max(1))
+        .with_grace(flashsale_operator::fence::renewal_grace(args.lease_seconds))
         .build()
         .await
         .context("failed to set up leader election")?;
@@ -233,7 +237,7 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     // The HTTP server sees a flag, not the lease channel: the lease is
     // released only once every receiver of that channel is gone.
-    let leading = Arc::new(AtomicBool::new(false));
+    let leading = ctx.leading.clone();
     tokio::spawn(serve_http(listener, metrics, leading.clone()));
     tracing::info!(%identity, lease = %args.lease_name, "waiting to lead");
     loop {
@@ -249,25 +253,49 @@ async fn main() -> anyhow::Result<()> {
     leading.store(true, Ordering::Relaxed);
     let mut lost = leader.clone();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<&'static str>();
+    let fence = flashsale_operator::fence::watch(
+        Api::namespaced(client.clone(), &args.lease_namespace),
+        args.lease_name.clone(),
+        identity.clone(),
+        Duration::from_secs(args.lease_seconds),
+        flashsale_operator::fence::fence_grace(args.lease_seconds),
+    );
+    let fenced = leading.clone();
+    let reason = Arc::new(Mutex::new("shutdown"));
+    let stopped_because = reason.clone();
     tokio::spawn(async move {
         let why = tokio::select! {
             () = flashsale_workload::api::server::shutdown_signal() => "shutdown",
             _ = async { while lost.changed().await.is_ok() { if !*lost.borrow() { break; } } } => "lost the lease",
+            why = fence => match why {
+                flashsale_operator::fence::Fenced::Taken => "lost the lease",
+                flashsale_operator::fence::Fenced::Unconfirmed => "could not renew the lease",
+            },
         };
+        // No reconcile starts from here on, before the Lease could lapse.
+        fenced.store(false, Ordering::Release);
+        *stopped_because.lock().unwrap_or_else(|p| p.into_inner()) = why;
         let _ = stop_tx.send(why);
     });
-    let (why_tx, mut why_rx) = tokio::sync::oneshot::channel::<&'static str>();
-    controller::run(ctx, args.watch_namespace.clone(), async move {
-        let why = stop_rx.await.unwrap_or("shutdown");
-        let _ = why_tx.send(why);
-    })
-    .await;
-    let why = why_rx.try_recv().unwrap_or("shutdown");
+    let stopping = leading.clone();
+    // Graceful, but bounded: reconciles in flight get 10 s to finish.
+    tokio::select! {
+        () = controller::run(ctx, args.watch_namespace.clone(), async move {
+            let _ = stop_rx.await;
+        }) => {}
+        () = async {
+            while stopping.load(Ordering::Acquire) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            tokio::time::sleep(Duration::from_secs(10)).await;
+        } => tracing::warn!("reconciles still running 10 s after the stop; leaving them"),
+    }
+    let why = *reason.lock().unwrap_or_else(|p| p.into_inner());
     // Letting go of the channel releases the lease for the next replica.
     drop(leader);
     let _ = tokio::time::timeout(Duration::from_secs(5), lease_task).await;
-    if why == "lost the lease" {
-        anyhow::bail!("lost the leader lease; exiting so only one replica acts");
+    if why != "shutdown" {
+        anyhow::bail!("{why}; exiting so only one replica acts");
     }
     Ok(())
 }

@@ -215,7 +215,8 @@ pub async fn observe(ctx: &Context, fs: &FlashSale) -> Result<Observation, Obser
         observed: Observed {
             now,
             row,
-            topics_ready: partitions > 0,
+            // maxReplicas is also the partition count: a raised one adds partitions.
+            topics_ready: partitions > 0 && partitions >= fs.spec.consumers.max_replicas,
             redis,
             life,
             pending_shrinks,
@@ -223,6 +224,7 @@ pub async fn observe(ctx: &Context, fs: &FlashSale) -> Result<Observation, Obser
             final_job,
             cleanup_job,
             periodic_job,
+            periodic_started: fs.status.as_ref().and_then(|s| s.periodic_reconciliations),
         },
         config,
         stored,

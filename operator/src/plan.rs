@@ -73,6 +73,9 @@ pub struct Observed {
     pub cleanup_job: Option<JobPhase>,
     /// The latest periodic reconciliation Job: its index and phase.
     pub periodic_job: Option<(u64, JobPhase)>,
+    /// The index of the last periodic reconciliation started, as the status
+    /// keeps it (its Job may be gone: Jobs are removed an hour after).
+    pub periodic_started: Option<u64>,
 }
 
 /// What the spec asks, as plain values.
@@ -335,9 +338,12 @@ pub fn plan(timeline: &Timeline, wanted: &Wanted, observed: &Observed) -> Plan {
                 wakes.push(after(timeline.poll_every));
                 let index = periodic_index(timeline, now);
                 if index > 0 {
+                    let started = observed
+                        .periodic_started
+                        .max(observed.periodic_job.map(|(i, _)| i));
                     match observed.periodic_job {
                         Some((_, JobPhase::Running)) => {}
-                        Some((latest, _)) if latest >= index => {}
+                        _ if started >= Some(index) => {}
                         _ => actions.push(Action::StartJob(JobKind::Periodic(index))),
                     }
                 }
@@ -590,6 +596,7 @@ mod tests {
             final_job: None,
             cleanup_job: None,
             periodic_job: None,
+            periodic_started: None,
         }
     }
 
@@ -881,6 +888,7 @@ mod tests {
     fn periodic_reconciliation_every_interval_one_at_a_time() {
         let at = |now, periodic| Observed {
             periodic_job: periodic,
+            periodic_started: None,
             ..observed(now)
         };
         let run = |o: &Observed| steps(&plan(&timeline(), &wanted(), o));
@@ -1119,5 +1127,25 @@ mod tests {
             ..live
         };
         assert_eq!(run(&cleaned).0, SaleState::Completed);
+    }
+
+    /// A periodic reconciliation's Job is removed an hour after it finished;
+    /// the index kept in status stops it from running again.
+    #[test]
+    fn a_periodic_reconciliation_runs_once_even_after_its_job_is_gone() {
+        let gone = Observed {
+            periodic_job: None,
+            periodic_started: Some(1),
+            ..observed(START + 300)
+        };
+        assert_eq!(steps(&plan(&timeline(), &wanted(), &gone)), vec![]);
+        let next = Observed {
+            now: t(START + 400),
+            ..gone
+        };
+        assert_eq!(
+            steps(&plan(&timeline(), &wanted(), &next)),
+            vec![Action::StartJob(JobKind::Periodic(2))]
+        );
     }
 }

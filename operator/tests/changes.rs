@@ -381,3 +381,64 @@ async fn a_secret_the_sale_does_not_own_is_left_alone() {
     );
     assert!(secret.metadata.owner_references.is_none());
 }
+
+/// A storm moves the stock and the lag on every pass; the status is written
+/// at most once per poll interval besides its transitions (each write is a
+/// watch event, and another reconcile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storm_writes_the_status_at_most_once_per_poll_interval() {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let (sales, ns, db_url, _operator) = live_sale("written", 100_000).await;
+    let api = std::sync::Arc::new(common::ApiProcess::start(&ns, &db_url).await);
+    let versions =
+        std::sync::Arc::new(std::sync::Mutex::new(Vec::<(String, Option<String>)>::new()));
+    let watch = {
+        let versions = versions.clone();
+        let stream = watcher(
+            sales.clone(),
+            watcher::Config::default().fields("metadata.name=written"),
+        )
+        .applied_objects();
+        tokio::spawn(async move {
+            futures::pin_mut!(stream);
+            while let Some(Ok(fs)) = stream.next().await {
+                let state = fs.status.and_then(|s| s.state).map(|s| format!("{s:?}"));
+                versions
+                    .lock()
+                    .unwrap()
+                    .push((fs.metadata.resource_version.unwrap_or_default(), state));
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = versions.lock().unwrap().len();
+    let storm_for = Duration::from_secs(10);
+    let until = std::time::Instant::now() + storm_for;
+    let shoppers: Vec<_> = (0..8)
+        .map(|w| {
+            let api = api.clone();
+            tokio::spawn(async move {
+                let mut n = 0;
+                while std::time::Instant::now() < until {
+                    n += 1;
+                    api.buy("written", &format!("w{w}-{n}")).await;
+                }
+                n
+            })
+        })
+        .collect();
+    let mut purchases = 0;
+    for s in shoppers {
+        purchases += s.await.unwrap();
+    }
+    let seen: Vec<(String, Option<String>)> = versions.lock().unwrap()[before..].to_vec();
+    watch.abort();
+    let transitions = seen.windows(2).filter(|w| w[0].1 != w[1].1).count();
+    let limit = (storm_for.as_secs() as usize / 2 + transitions) * 2;
+    println!(
+        "a {storm_for:?} storm ({purchases} purchases): the FlashSale changed {} times ({transitions} transitions; at most {limit})",
+        seen.len()
+    );
+    assert!(seen.len() <= limit, "{} writes: {seen:?}", seen.len());
+}

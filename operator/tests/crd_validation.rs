@@ -306,4 +306,61 @@ async fn invalid_manifests_are_refused_with_the_field_named() {
     }
     let (ok, output) = kubectl_apply(&with(base.clone(), "spec.purchaseLimit", json!(3)));
     assert!(ok, "the limit may grow: {output}");
+    let base = with(base, "spec.purchaseLimit", json!(3));
+
+    // Once the sale has opened, its start stays and its end only grows.
+    let status = Command::new("kubectl")
+        .args([
+            "patch",
+            "fs",
+            "valid",
+            "-n",
+            &ns,
+            "--subresource=status",
+            "--type=merge",
+        ])
+        .args(["-p", r#"{"status":{"state":"Live"}}"#])
+        .env("KUBECONFIG", stack::kubeconfig())
+        .env("PATH", stack::var("PATH"))
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "{status:?}");
+    let start = base["spec"]["window"]["start"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let end = base["spec"]["window"]["end"].as_str().unwrap().to_string();
+    let shifted = |t: &str, secs: i64| {
+        (chrono::DateTime::parse_from_rfc3339(t).unwrap() + chrono::Duration::seconds(secs))
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    };
+    let live_changes = [
+        (
+            "start moved while live",
+            with(
+                base.clone(),
+                "spec.window.start",
+                json!(shifted(&start, 60)),
+            ),
+            "window.start cannot move once the sale has opened",
+        ),
+        (
+            "end brought forward while live",
+            with(base.clone(), "spec.window.end", json!(shifted(&end, -60))),
+            "window.end may only be extended once the sale has opened",
+        ),
+    ];
+    for (what, manifest, message) in live_changes {
+        let (ok, output) = kubectl_apply(&manifest);
+        assert!(
+            !ok && output.contains(message),
+            "{what}: accepted={ok}: {output}"
+        );
+    }
+    let (ok, output) = kubectl_apply(&with(
+        base.clone(),
+        "spec.window.end",
+        json!(shifted(&end, 600)),
+    ));
+    assert!(ok, "the end may be extended while live: {output}");
 }

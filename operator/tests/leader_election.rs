@@ -1,5 +1,6 @@
 //! Two operator processes: only the Lease holder acts; kill it and the other
-//! takes over within the lease time.
+//! takes over within the lease time; cut it off from the API server and it
+//! stops acting before the other may take over.
 
 mod common;
 
@@ -7,6 +8,9 @@ use std::time::{Duration, Instant};
 
 use flashsale_operator::crd::FlashSale;
 use flashsale_testkit as stack;
+use flashsale_workload::domain::sale::SaleRef;
+use flashsale_workload::redis::RedisConn;
+use flashsale_workload::redis::store::SaleStore;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
@@ -96,4 +100,131 @@ async fn only_the_leader_acts_and_the_other_takes_over() {
     .await;
     println!("op-b took over {took:?} after op-a was killed");
     drop(second);
+}
+
+/// A TCP relay to the API server that can be cut: open connections are
+/// dropped and new ones refused, as a network partition would.
+struct Partition {
+    port: u16,
+    cut: tokio::sync::watch::Sender<bool>,
+}
+
+impl Partition {
+    async fn to(upstream: String) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (cut, cuts) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if *cuts.borrow() {
+                    continue;
+                }
+                let upstream = upstream.clone();
+                let mut cuts = cuts.clone();
+                tokio::spawn(async move {
+                    let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = cuts.wait_for(|cut| *cut) => {}
+                    }
+                });
+            }
+        });
+        Self { port, cut }
+    }
+
+    fn cut(&self) {
+        self.cut.send_replace(true);
+    }
+}
+
+/// The API server's address, from the stack's kubeconfig.
+fn api_server(kubeconfig: &str) -> &str {
+    kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: https://"))
+        .expect("the kubeconfig names an https server")
+}
+
+/// A copy of the stack's kubeconfig that reaches the API server through
+/// `port` on the loopback (its certificate names 127.0.0.1).
+fn kubeconfig_through(port: u16) -> std::path::PathBuf {
+    let original = std::fs::read_to_string(stack::kubeconfig()).unwrap();
+    let path = stack::run_dir().join(format!("kubeconfig-partition-{port}"));
+    let relayed = original.replace(api_server(&original), &format!("127.0.0.1:{port}"));
+    std::fs::write(&path, relayed).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_the_api_server_stops_before_another_takes_over() {
+    let client = common::client().await;
+    common::install_crd(&client).await;
+    let ns = common::namespace(&client).await;
+    let db = stack::fresh_database_url().await;
+    let original = std::fs::read_to_string(stack::kubeconfig()).unwrap();
+    let partition = Partition::to(api_server(&original).to_string()).await;
+    let kubeconfig = kubeconfig_through(partition.port);
+    let mut cut_off = common::Operator::start_with_kubeconfig(&ns, &db, "op-a", &kubeconfig);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    common::wait_for(Duration::from_secs(20), "op-a to lead", || async {
+        holder(&leases.get_opt("flashsale-operator").await.ok()??).filter(|h| h == "op-a")
+    })
+    .await;
+    let sales: Api<FlashSale> = Api::namespaced(client.clone(), &ns);
+    let mut manifest = common::manifest("partition", &ns, 2, 600);
+    manifest["spec"]["warmup"] = serde_json::json!({"leadTime": "1s"});
+    // op-a would reconcile its stale copy every second.
+    manifest["spec"]["consumers"] = serde_json::json!({"pollInterval": "1s"});
+    common::create_live(&sales, manifest).await;
+
+    // op-a loses the API server (not Redis); op-b starts and takes over.
+    partition.cut();
+    let cut_at = Instant::now();
+    let _standby = common::Operator::start(&ns, &db, "flashsale-operator", "op-b");
+    common::wait_for(Duration::from_secs(30), "op-b to lead", || async {
+        holder(&leases.get_opt("flashsale-operator").await.ok()??).filter(|h| h == "op-b")
+    })
+    .await;
+    let took_over = cut_at.elapsed();
+    // The merchant pulls the kill switch; the new leader applies it.
+    sales
+        .patch(
+            "partition",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"paused": true}})),
+        )
+        .await
+        .unwrap();
+    let store = SaleStore::new(
+        RedisConn::connect(&stack::redis_url().parse().unwrap())
+            .await
+            .unwrap(),
+    );
+    let sale = SaleRef::new(&ns, "partition").unwrap();
+    let all_paused = || async {
+        let loaded = store.loaded(&sale, 4).await.unwrap();
+        loaded.metas.iter().all(|m| m.is_some_and(|m| m.paused))
+    };
+    common::wait_for(
+        Duration::from_secs(20),
+        "op-b to pause the shards",
+        || async { all_paused().await.then_some(()) },
+    )
+    .await;
+    // The old leader, still reaching Redis with its stale spec, must not
+    // undo the kill switch.
+    let watch_from = Instant::now();
+    while watch_from.elapsed() < Duration::from_secs(8) {
+        assert!(
+            all_paused().await,
+            "a shard was resumed after op-b paused the sale: the cut-off op-a is still acting"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(cut_off.exited(), "op-a exits once it cannot prove it leads");
+    println!("op-b led {took_over:?} after the cut; op-a fenced itself and exited");
+    let _ = std::fs::remove_file(kubeconfig);
 }

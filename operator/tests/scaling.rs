@@ -349,3 +349,33 @@ async fn a_deleted_sale_keeps_its_topic_until_its_orders_are_persisted() {
     )
     .await;
 }
+
+/// consumers.maxReplicas is the topic's partition count: raising it adds
+/// partitions (so the new replicas have something to read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raising_max_replicas_adds_partitions() {
+    let live = live_sale(
+        "wider",
+        serde_json::json!({"minReplicas": 0, "maxReplicas": 2}),
+    )
+    .await;
+    let admin = flashsale_workload::bus::admin::Admin::new(&stack::kafka_bootstrap()).unwrap();
+    let topic = topics::orders_topic(&live.sale);
+    assert_eq!(admin.partitions(&[&topic]).await.unwrap(), 2);
+    live.sales
+        .patch(
+            "wider",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                serde_json::json!({"spec": {"consumers": {"maxReplicas": 4}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    common::wait_for(Duration::from_secs(20), "4 partitions", || async {
+        (admin.partitions(&[&topic]).await.ok()? == 4).then_some(())
+    })
+    .await;
+    let dlq = topics::dead_letter_topic(&live.sale);
+    assert_eq!(admin.partitions(&[&dlq]).await.unwrap(), 4);
+}

@@ -169,6 +169,29 @@ impl Operator {
         )
     }
 
+    /// Starts an operator that reaches the API server through `kubeconfig`.
+    pub fn start_with_kubeconfig(
+        namespace: &str,
+        database_url: &str,
+        identity: &str,
+        kubeconfig: &std::path::Path,
+    ) -> Self {
+        Self::spawn_with(
+            namespace,
+            database_url,
+            "flashsale-operator",
+            identity,
+            TEST_IMAGE,
+            &stack::redis_url(),
+            kubeconfig,
+        )
+    }
+
+    /// Whether the process has exited.
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
     /// Starts an operator whose sales live in the Redis at `redis` (a
     /// `redis://` node or a `redis-cluster://` seed list).
     pub fn start_on(namespace: &str, database_url: &str, identity: &str, redis: &str) -> Self {
@@ -190,6 +213,26 @@ impl Operator {
         image: &str,
         redis: &str,
     ) -> Self {
+        Self::spawn_with(
+            namespace,
+            database_url,
+            lease,
+            identity,
+            image,
+            redis,
+            &stack::kubeconfig(),
+        )
+    }
+
+    fn spawn_with(
+        namespace: &str,
+        database_url: &str,
+        lease: &str,
+        identity: &str,
+        image: &str,
+        redis: &str,
+        kubeconfig: &std::path::Path,
+    ) -> Self {
         let child = Command::new(env!("CARGO_BIN_EXE_flashsale-operator"))
             .args([
                 "--watch-namespace",
@@ -207,7 +250,7 @@ impl Operator {
                 identity,
             ])
             .args(["--lease-seconds", "6"])
-            .env("KUBECONFIG", stack::kubeconfig())
+            .env("KUBECONFIG", kubeconfig)
             .env("FLASHSALE_REDIS", redis)
             .env("DATABASE_URL", database_url)
             .env("KAFKA_BOOTSTRAP", stack::kafka_bootstrap())

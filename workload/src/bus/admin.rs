@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::RDKafkaErrorCode;
 
@@ -81,9 +81,9 @@ impl Admin {
             .operation_timeout(Some(ADMIN_TIMEOUT))
     }
 
-    /// Creates each topic with `partitions` partitions and waits until every
-    /// partition has a leader, so producers and lag readers can use them at
-    /// once; an existing topic is left as it is (idempotent).
+    /// Creates each topic with `partitions` partitions (an existing one with
+    /// fewer grows to that many) and waits until every partition has a
+    /// leader, so producers and lag readers can use them at once (idempotent).
     pub async fn ensure_topics(&self, names: &[&str], partitions: i32) -> Result<(), AdminError> {
         let replicas = self.durability.replication_factor;
         let min_insync = self.durability.min_insync_replicas.to_string();
@@ -100,6 +100,29 @@ impl Admin {
                 Err((topic, code)) => {
                     return Err(AdminError::Refused {
                         action: "create",
+                        topic,
+                        code,
+                    });
+                }
+            }
+        }
+        // A topic made with fewer partitions grows (never shrinks: a
+        // partition's orders must stay readable).
+        let mut grow = Vec::new();
+        for name in names {
+            if (1..partitions).contains(&self.partitions(&[name]).await?) {
+                grow.push(NewPartitions::new(name, partitions as usize));
+            }
+        }
+        if !grow.is_empty() {
+            for result in self
+                .client
+                .create_partitions(&grow, &Self::options())
+                .await?
+            {
+                if let Err((topic, code)) = result {
+                    return Err(AdminError::Refused {
+                        action: "add partitions to",
                         topic,
                         code,
                     });
