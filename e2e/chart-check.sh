@@ -39,7 +39,7 @@ fail() {
 }
 
 # helm ARGS...: the stack's helm, without its notice that the chart's CRD is a
-# symbolic link (expected: it points at crds/flashsale.yaml).
+# symbolic link (expected: files/crd.yaml points at crds/flashsale.yaml).
 helm() {
   local rc=0
   "$HELM" "$@" 2>"$TMP/helm.err" || rc=$?
@@ -48,20 +48,23 @@ helm() {
 }
 
 # ---------------------------------------------------------------- CRD ----
-link=$CHART/crds/flashsale.yaml
+link=$CHART/files/crd.yaml
 if [ -L "$link" ]; then
   if [ "$(readlink -f "$link")" = "$(readlink -f "$CRD")" ]; then
-    pass "charts/flashsale/crds/flashsale.yaml links to crds/flashsale.yaml"
+    pass "charts/flashsale/files/crd.yaml links to crds/flashsale.yaml"
   else
-    fail "charts/flashsale/crds/flashsale.yaml links to $(readlink "$link"), not crds/flashsale.yaml"
+    fail "charts/flashsale/files/crd.yaml links to $(readlink "$link"), not crds/flashsale.yaml"
   fi
 elif cmp -s "$link" "$CRD"; then
-  pass "charts/flashsale/crds/flashsale.yaml equals crds/flashsale.yaml"
+  pass "charts/flashsale/files/crd.yaml equals crds/flashsale.yaml"
 else
-  fail "charts/flashsale/crds/flashsale.yaml differs from crds/flashsale.yaml (copy it again)"
+  fail "charts/flashsale/files/crd.yaml differs from crds/flashsale.yaml (copy it again)"
+fi
+if [ -e "$CHART/crds" ]; then
+  fail "charts/flashsale/crds/ exists: Helm would install it once and never upgrade it"
 fi
 if helm package "$CHART" -d "$TMP/pkg" >/dev/null &&
-  tar -xzOf "$TMP"/pkg/flashsale-*.tgz flashsale/crds/flashsale.yaml | cmp -s - "$CRD"; then
+  tar -xzOf "$TMP"/pkg/flashsale-*.tgz flashsale/files/crd.yaml | cmp -s - "$CRD"; then
   pass "the packaged chart carries crds/flashsale.yaml byte for byte"
 else
   fail "the packaged chart's CRD differs from crds/flashsale.yaml"
@@ -124,7 +127,7 @@ dry_run existing-secrets -f "$LOCAL_VALUES" \
   --set jwt.rs256.existingSecret=jwt-rs256 \
   --set operator.serviceAccount.create=false --set operator.serviceAccount.name=op
 dry_run operator-only --set api.enabled=false --set rbac.create=false \
-  --set operator.podDisruptionBudget.enabled=false
+  --set operator.podDisruptionBudget.enabled=false --set crds.enabled=false
 
 # The rendered objects are what they should be.
 expect() {
@@ -137,9 +140,24 @@ kinds() { grep '^kind:' "$TMP/$1.yaml" | sort | uniq -c | awk '{ printf "%s%s=%s
 # no_inline_url NAME: no pod spec of a rendering carries a database URL.
 no_inline_url() { ! grep -Eq 'value: "?postgres(ql)?://' "$TMP/$1.yaml"; }
 expect "defaults: a ClusterRole and binding, the leader-election Role, 2 Deployments, 2 PDBs, 2 Services" \
-  test "$(kinds defaults)" = "ClusterRole=1 ClusterRoleBinding=1 Deployment=2 PodDisruptionBudget=2 Role=1 RoleBinding=1 Secret=2 Service=2 ServiceAccount=2"
+  test "$(kinds defaults)" = "ClusterRole=1 ClusterRoleBinding=1 CustomResourceDefinition=1 Deployment=2 PodDisruptionBudget=2 Role=1 RoleBinding=1 Secret=2 Service=2 ServiceAccount=2"
 expect "watchNamespace: Roles only, no ClusterRole" \
-  test "$(kinds local-one-namespace)" = "Deployment=2 PodDisruptionBudget=2 Role=2 RoleBinding=2 Secret=2 Service=2 ServiceAccount=2"
+  test "$(kinds local-one-namespace)" = "CustomResourceDefinition=1 Deployment=2 PodDisruptionBudget=2 Role=2 RoleBinding=2 Secret=2 Service=2 ServiceAccount=2"
+expect "crds.enabled=false: no CRD" \
+  test "$(grep -c '^kind: CustomResourceDefinition' "$TMP/operator-only.yaml")" = 0
+# same_crd NAME: the rendering's CRD is crds/flashsale.yaml's, kept on uninstall.
+same_crd() {
+  python3 - "$TMP/$1.yaml" "$CRD" <<'PY'
+import sys, yaml
+rendered = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "CustomResourceDefinition"]
+crd = yaml.safe_load(open(sys.argv[2]))
+ok = len(rendered) == 1 and rendered[0]["spec"] == crd["spec"] \
+    and rendered[0]["metadata"]["annotations"].get("helm.sh/resource-policy") == "keep"
+sys.exit(0 if ok else 1)
+PY
+}
+expect "the rendered CRD is crds/flashsale.yaml, with helm.sh/resource-policy: keep" \
+  same_crd defaults
 expect "existing Secrets: the chart makes none" \
   test "$(grep -c '^kind: Secret' "$TMP/existing-secrets.yaml")" = 0
 expect "the database password is percent-encoded into the URL" \

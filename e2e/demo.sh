@@ -34,8 +34,8 @@ e2e/stack/image.sh flashsale "$VERSION" target/release/flashsale
 e2e/stack/image.sh operator "$VERSION" target/release/flashsale-operator
 
 step "2/8 The chart: operator (2 replicas, leader election) and shopper API (2 replicas) in $NS"
-kubectl apply --server-side --force-conflicts -f crds/flashsale.yaml >/dev/null
-helm upgrade --install "$RELEASE" charts/flashsale -n "$NS" --create-namespace \
+# The chart brings the CRD; --take-ownership adopts one the tests applied.
+helm upgrade --install "$RELEASE" charts/flashsale -n "$NS" --create-namespace --take-ownership \
   -f charts/flashsale/ci/local-values.yaml \
   --set images.operator.tag="$VERSION" --set images.flashsale.tag="$VERSION" \
   --set operator.watchNamespace="$NS" --set operator.reservationMinAge=10s \

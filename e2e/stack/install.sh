@@ -12,6 +12,7 @@ PACKAGES=(
   openssl iproute2 iptables conntrack
   containerd runc containernetworking-plugins   # the cluster node
   gcc libc6-dev python3           # its pause and probe images (node/*.c, oci-image.py)
+  python3-yaml                    # the chart checks compare rendered YAML
   pkg-config zlib1g-dev           # builds the bundled librdkafka
   maven
 )
