@@ -637,31 +637,62 @@ pub fn error_policy(fs: Arc<FlashSale>, error: &Error, ctx: Arc<Context>) -> Req
     }
 }
 
-/// Runs the controller until `shutdown` resolves.
+/// Runs the controllers (one per watched namespace, or one for all) until
+/// `shutdown` resolves.
 pub async fn run(
+    ctx: Arc<Context>,
+    namespaces: Vec<String>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    use futures::FutureExt;
+    let shutdown = shutdown.shared();
+    // One controller per watched namespace (or one for all): each keeps its
+    // own caches, as a watch is either one namespace or the whole cluster.
+    let controllers = scopes(&namespaces)
+        .into_iter()
+        .map(|ns| run_in(ctx.clone(), ns, shutdown.clone()));
+    futures::future::join_all(controllers).await;
+}
+
+/// What to watch: every namespace (None) or each of `namespaces`.
+pub fn scopes(namespaces: &[String]) -> Vec<Option<String>> {
+    let named: Vec<Option<String>> = namespaces
+        .iter()
+        .map(|ns| ns.trim())
+        .filter(|ns| !ns.is_empty())
+        .map(|ns| Some(ns.to_string()))
+        .collect();
+    if named.is_empty() { vec![None] } else { named }
+}
+
+/// An API for `namespace`, or for all namespaces.
+pub fn api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+async fn run_in(
     ctx: Arc<Context>,
     namespace: Option<String>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let client = ctx.client.clone();
-    let (sales, deployments, jobs): (Api<FlashSale>, Api<Deployment>, Api<Job>) = match &namespace {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client, ns),
-        ),
-        None => (
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-            Api::all(client),
-        ),
-    };
+    let client = &ctx.client;
+    let sales: Api<FlashSale> = api(client, namespace.as_deref());
     let owned =
         watcher::Config::default().labels("app.kubernetes.io/managed-by=flashsale-operator");
     let kill_switch = tokio::spawn(kill_switch_watch(ctx.clone(), sales.clone()));
     Controller::new(sales, watcher::Config::default())
-        .owns(deployments, owned.clone())
-        .owns(jobs, owned)
+        .owns(
+            api::<Deployment>(client, namespace.as_deref()),
+            owned.clone(),
+        )
+        .owns(api::<Job>(client, namespace.as_deref()), owned)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {

@@ -128,6 +128,28 @@ impl Default for Sharding {
     }
 }
 
+/// Writes a duration the way people write one (`30m`, `1h30m`, `100ms`), not
+/// as seconds (`1800s`): what the CRD's defaults show in `kubectl get -o yaml`.
+pub fn duration_text<S: serde::Serializer>(d: &Duration, out: S) -> Result<S::Ok, S::Error> {
+    let d = std::time::Duration::from(*d);
+    let mut text = String::new();
+    let (secs, millis) = (d.as_secs(), d.subsec_millis());
+    for (amount, unit) in [
+        (secs / 3600, "h"),
+        (secs / 60 % 60, "m"),
+        (secs % 60, "s"),
+        (u64::from(millis), "ms"),
+    ] {
+        if amount > 0 {
+            text.push_str(&format!("{amount}{unit}"));
+        }
+    }
+    if text.is_empty() {
+        text.push_str("0s");
+    }
+    out.serialize_str(&text)
+}
+
 /// A Go-style duration bounded by CEL at apply time.
 macro_rules! duration_section {
     ($(#[$doc:meta])* $name:ident, $field:ident, $json:literal, $default:literal, $rule:literal, $msg:literal) => {
@@ -136,7 +158,7 @@ macro_rules! duration_section {
         #[serde(rename_all = "camelCase")]
         pub struct $name {
             #[doc = concat!("Go-style duration (e.g. 90s, 30m, 1h30m); default ", $default, ".")]
-            #[serde(default = $json)]
+            #[serde(default = $json, serialize_with = "duration_text")]
             #[x_kube(validation = Rule::new($rule).message($msg))]
             pub $field: Duration,
         }
@@ -210,11 +232,14 @@ pub struct Consumers {
     #[schemars(range(min = 1))]
     pub max_lag: Option<i64>,
     /// How often lag is read.
-    #[serde(default = "default_poll_interval")]
+    #[serde(default = "default_poll_interval", serialize_with = "duration_text")]
     #[x_kube(validation = Rule::new("duration(self) >= duration('100ms') && duration(self) <= duration('5m')").message("consumers.pollInterval must be between 100ms and 5m"))]
     pub poll_interval: Duration,
     /// How long lag must stay low before replicas are removed.
-    #[serde(default = "default_scale_down_stabilization")]
+    #[serde(
+        default = "default_scale_down_stabilization",
+        serialize_with = "duration_text"
+    )]
     #[x_kube(validation = Rule::new("duration(self) >= duration('0s') && duration(self) <= duration('1h')").message("consumers.scaleDownStabilization must be between 0s and 1h"))]
     pub scale_down_stabilization: Duration,
 }
@@ -232,7 +257,7 @@ fn default_poll_interval() -> Duration {
     "2s".parse().expect("default durations parse")
 }
 fn default_scale_down_stabilization() -> Duration {
-    "60s".parse().expect("default durations parse")
+    "1m".parse().expect("default durations parse")
 }
 
 impl Default for Consumers {
@@ -358,4 +383,26 @@ pub struct ReconciliationSummary {
     pub drift_found: i64,
     /// Differences repaired.
     pub drift_repaired: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_written_as_people_write_them() {
+        for (written, text) in [
+            ("1800s", "30m"),
+            ("90s", "1m30s"),
+            ("5400s", "1h30m"),
+            ("100ms", "100ms"),
+            ("2s", "2s"),
+            ("0s", "0s"),
+            ("168h", "168h"),
+        ] {
+            let d: Duration = written.parse().unwrap();
+            let json = duration_text(&d, serde_json::value::Serializer).unwrap();
+            assert_eq!(json, serde_json::json!(text), "{written}");
+        }
+    }
 }

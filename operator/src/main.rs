@@ -27,9 +27,10 @@ use kube_lease_manager::LeaseManagerBuilder;
 #[derive(Parser)]
 #[command(name = "flashsale-operator", version, about)]
 struct Args {
-    /// Watch FlashSales of this namespace only (default: all namespaces).
-    #[arg(long, env = "FLASHSALE_WATCH_NAMESPACE")]
-    watch_namespace: Option<String>,
+    /// Watch FlashSales of these namespaces only, comma-separated (default:
+    /// all namespaces).
+    #[arg(long, env = "FLASHSALE_WATCH_NAMESPACE", value_delimiter = ',')]
+    watch_namespace: Vec<String>,
     /// Redis, as the operator reaches it: redis://host:port or redis-cluster://h:p,h:p
     #[arg(long, env = "FLASHSALE_REDIS")]
     redis: String,
@@ -163,14 +164,16 @@ async fn main() -> anyhow::Result<()> {
     let client = Client::try_default()
         .await
         .context("no Kubernetes configuration")?;
-    let sales: Api<FlashSale> = match &args.watch_namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    if let Err(e) = sales.list(&ListParams::default().limit(1)).await {
-        anyhow::bail!(
-            "cannot list FlashSales ({e}); is the CRD installed? kubectl apply -f crds/flashsale.yaml"
-        );
+    for sales in controller::scopes(&args.watch_namespace)
+        .iter()
+        .map(|ns| controller::api::<FlashSale>(&client, ns.as_deref()))
+    {
+        if let Err(e) = sales.list(&ListParams::default().limit(1)).await {
+            anyhow::bail!(
+                "cannot list FlashSales in {} ({e}); is the CRD installed, may the operator list them? kubectl apply -f crds/flashsale.yaml",
+                sales.namespace().unwrap_or("any namespace")
+            );
+        }
     }
     let db = flashsale_workload::orders::connect(&args.database_url, 4)
         .await

@@ -178,12 +178,27 @@ impl Operator {
     ) -> Self {
         Self::spawn_with(
             namespace,
+            namespace,
             database_url,
             "flashsale-operator",
             identity,
             TEST_IMAGE,
             &stack::redis_url(),
             kubeconfig,
+        )
+    }
+
+    /// Starts an operator watching `namespaces` (its Lease in the first).
+    pub fn start_watching(namespaces: &[&str], database_url: &str, identity: &str) -> Self {
+        Self::spawn_with(
+            &namespaces.join(","),
+            namespaces[0],
+            database_url,
+            "flashsale-operator",
+            identity,
+            TEST_IMAGE,
+            &stack::redis_url(),
+            &stack::kubeconfig(),
         )
     }
 
@@ -215,6 +230,7 @@ impl Operator {
     ) -> Self {
         Self::spawn_with(
             namespace,
+            namespace,
             database_url,
             lease,
             identity,
@@ -224,8 +240,10 @@ impl Operator {
         )
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn spawn_with(
-        namespace: &str,
+        watch: &str,
+        lease_namespace: &str,
         database_url: &str,
         lease: &str,
         identity: &str,
@@ -236,7 +254,7 @@ impl Operator {
         let child = Command::new(env!("CARGO_BIN_EXE_flashsale-operator"))
             .args([
                 "--watch-namespace",
-                namespace,
+                watch,
                 "--migrate",
                 "--listen",
                 "127.0.0.1:0",
@@ -245,7 +263,7 @@ impl Operator {
                 "--lease-name",
                 lease,
                 "--lease-namespace",
-                namespace,
+                lease_namespace,
                 "--identity",
                 identity,
             ])
