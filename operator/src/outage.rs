@@ -28,6 +28,9 @@ pub fn reason(error: &Error) -> Option<&'static str> {
         Error::Observe(ObserveError::Kafka(_)) | Error::Apply(ApplyError::Kafka(_)) => {
             "KafkaUnavailable"
         }
+        Error::Observe(ObserveError::Kube(e)) | Error::Apply(ApplyError::Kube(e)) if refused(e) => {
+            "Forbidden"
+        }
         Error::Observe(ObserveError::Kube(_)) | Error::Apply(ApplyError::Kube(_)) => {
             "KubernetesUnavailable"
         }
@@ -35,6 +38,12 @@ pub fn reason(error: &Error) -> Option<&'static str> {
         Error::Apply(ApplyError::SecretNotOwned(_)) => "SecretConflict",
         Error::Status(_) | Error::Finalizer(_) | Error::Waiting(_) => return None,
     })
+}
+
+/// The API server answered but refused the operator (RBAC): not an outage,
+/// a permission the installation lacks.
+fn refused(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(s) if s.code == 401 || s.code == 403)
 }
 
 /// Writes `Degraded` (and `Ready` false) with `reason` into the sale's
@@ -118,5 +127,17 @@ mod tests {
         assert_eq!(secs(10, 0.5), 60.0, "capped");
         assert_eq!(secs(3, 0.0), 4.0, "half at the low end");
         assert!(secs(3, 0.999) < 12.0);
+    }
+
+    #[test]
+    fn a_refusal_is_forbidden_an_error_is_an_outage() {
+        let answer = |code| {
+            let status = kube::core::Status::failure("", "").with_code(code);
+            Error::Apply(ApplyError::Kube(kube::Error::Api(status.boxed())))
+        };
+        assert_eq!(reason(&answer(403)), Some("Forbidden"));
+        assert_eq!(reason(&answer(401)), Some("Forbidden"));
+        assert_eq!(reason(&answer(500)), Some("KubernetesUnavailable"));
+        assert_eq!(reason(&answer(409)), Some("KubernetesUnavailable"));
     }
 }

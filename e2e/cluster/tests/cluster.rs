@@ -47,6 +47,22 @@ struct Release(String);
 impl Drop for Release {
     fn drop(&mut self) {
         let ns = self.0.as_str();
+        if std::thread::panicking() {
+            // What the sale and its operator said, for whoever reads the failure.
+            eprintln!(
+                "--- the sales' status ---\n{}\n--- the operators' last log lines ---\n{}",
+                stack::kubectl(&["get", "fs", "-n", ns, "-o", "yaml"]),
+                stack::kubectl(&[
+                    "logs",
+                    "-n",
+                    ns,
+                    "--tail=40",
+                    "--prefix",
+                    "-l",
+                    "app.kubernetes.io/component=operator",
+                ]),
+            );
+        }
         // The sale first, while its operator still runs its finalizer.
         stack::kubectl(&["delete", "fs", "--all", "-n", ns, "--timeout=120s"]);
         let _ = Command::new("helm")
