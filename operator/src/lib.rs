@@ -10,6 +10,8 @@ pub mod context;
 pub mod controller;
 pub mod crd;
 pub mod fence;
+#[cfg(test)]
+mod fixtures;
 pub mod metrics;
 pub mod observe;
 pub mod outage;

@@ -58,19 +58,22 @@ pub enum RedisConn {
     Cluster(ClusterConnection),
 }
 
+fn node_config() -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(2)))
+        .set_response_timeout(Some(RESPONSE_TIMEOUT))
+        .set_number_of_retries(2)
+        .set_max_delay(Duration::from_millis(500))
+}
+
 impl RedisConn {
     /// Connects, failing fast (no endless retry) when Redis is unreachable.
     pub async fn connect(target: &RedisTarget) -> redis::RedisResult<Self> {
         match target {
             RedisTarget::Node(url) => {
                 let client = redis::Client::open(url.as_str())?;
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(Duration::from_secs(2)))
-                    .set_response_timeout(Some(RESPONSE_TIMEOUT))
-                    .set_number_of_retries(2)
-                    .set_max_delay(Duration::from_millis(500));
                 Ok(Self::Node(
-                    ConnectionManager::new_with_config(client, config).await?,
+                    ConnectionManager::new_with_config(client, node_config()).await?,
                 ))
             }
             RedisTarget::Cluster(nodes) => {
@@ -82,6 +85,16 @@ impl RedisConn {
                 Ok(Self::Cluster(client.get_async_connection().await?))
             }
         }
+    }
+
+    /// A connection to one node made on first use (a call fails while the
+    /// node is unreachable); for code that must start without Redis.
+    pub fn lazy(url: &str) -> redis::RedisResult<Self> {
+        let client = redis::Client::open(url)?;
+        Ok(Self::Node(ConnectionManager::new_lazy_with_config(
+            client,
+            node_config(),
+        )?))
     }
 }
 
