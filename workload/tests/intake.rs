@@ -287,7 +287,7 @@ async fn hostile_requests_get_4xx_and_change_nothing() {
     let huge = "x".repeat(4096);
     let mut codes: HashMap<(usize, u16, String), usize> = HashMap::new();
     for i in 0..2000 {
-        let kind = i % 15;
+        let kind = i % 20;
         let c = &api.client;
         let user = format!("hostile-{i}");
         let request = match kind {
@@ -336,10 +336,22 @@ async fn hostile_requests_get_4xx_and_change_nothing() {
                 .put(&url)
                 .header("x-user-id", &user)
                 .json(&serde_json::json!({"quantity": 1})),
-            _ => c
+            14 => c
                 .post(&url)
                 .header("x-user-id", &user)
                 .body(vec![0xff, 0xfe, 0x00]),
+            // Bodies serde alone would read as a purchase.
+            15 => c.post(&url).header("x-user-id", &user).body("[]"),
+            16 => c.post(&url).header("x-user-id", &user).body("[5]"),
+            17 => c
+                .post(&url)
+                .header("x-user-id", &user)
+                .body(r#"{"quantiy": 5}"#),
+            18 => c.post(&url).header("x-user-id", &user).body("null"),
+            _ => c
+                .post(format!("{}/v1/orders/{victim_order}/cancel", api.url))
+                .header("x-user-id", "victim")
+                .body(r#"{"reason": "changed my mind"}"#),
         };
         let answer = Answer::read(request.send().await.unwrap()).await;
         assert!(answer.status < 500, "request kind {kind} got {answer:?}");
@@ -363,6 +375,11 @@ async fn hostile_requests_get_4xx_and_change_nothing() {
         (12, 409, "LIMIT_EXCEEDED"),
         (13, 405, "METHOD_NOT_ALLOWED"),
         (14, 400, "INVALID_REQUEST"),
+        (15, 400, "INVALID_REQUEST"),
+        (16, 400, "INVALID_REQUEST"),
+        (17, 400, "INVALID_REQUEST"),
+        (18, 400, "INVALID_REQUEST"),
+        (19, 400, "INVALID_REQUEST"),
     ];
     for (kind, status, code) in expected {
         let count = codes
@@ -380,6 +397,22 @@ async fn hostile_requests_get_4xx_and_change_nothing() {
         "each kind has exactly one answer: {codes:?}"
     );
     assert_eq!(remaining(&store, &config).await, before, "no stock changed");
+    // The refusal names what was wrong.
+    let misspelt = api
+        .client
+        .post(&url)
+        .header("x-user-id", "speller")
+        .body(r#"{"quantiy": 5}"#)
+        .send()
+        .await
+        .unwrap();
+    let misspelt = Answer::read(misspelt).await;
+    assert!(
+        misspelt.body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("quantiy")),
+        "{misspelt:?}"
+    );
     // The victim still sees their own order, pending.
     let own = api
         .client
@@ -440,4 +473,44 @@ async fn stock_moves_to_a_dry_shard_and_never_strands() {
     }
     assert_eq!((accepted, sold_out), (8, 12));
     assert_eq!(remaining(&store, &config).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn made_up_methods_add_no_metric_series() {
+    let (api, config, _store) = live_sale(common::redis_node(), 10, 1, 2).await;
+    let url = format!("{}/v1/sales/{}/orders", api.url, config.sale.name);
+    let series = |text: &str| {
+        text.lines()
+            .filter(|l| l.starts_with("flashsale_http_requests_total{"))
+            .count()
+    };
+    let metrics = || async {
+        api.client
+            .get(format!("{}/metrics", api.url))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    // Reading the metrics is a request too: its own series exists from here on.
+    metrics().await;
+    for i in 0..200 {
+        let method = reqwest::Method::from_bytes(format!("X{i}").as_bytes()).unwrap();
+        let answer = api.client.request(method, &url).send().await.unwrap();
+        assert!(answer.status().is_client_error(), "{}", answer.status());
+    }
+    let after_first = series(&metrics().await);
+    for i in 200..400 {
+        let method = reqwest::Method::from_bytes(format!("X{i}").as_bytes()).unwrap();
+        api.client.request(method, &url).send().await.unwrap();
+    }
+    let after_second = series(&metrics().await);
+    println!("request series after 200 and 400 made-up methods: {after_first}, {after_second}");
+    assert!(after_first > 0, "the request counter is exported");
+    assert_eq!(
+        after_first, after_second,
+        "made-up methods added series: the label must come from a fixed set"
+    );
 }

@@ -24,8 +24,10 @@ pub const MAX_QUANTITY: i64 = 1000;
 /// Longest accepted `Idempotency-Key`.
 pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 128;
 
-/// A purchase request. An empty body buys one unit.
+/// A purchase request. An empty body buys one unit; any other field, or
+/// anything but a JSON object, is refused.
 #[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct PurchaseRequest {
     /// Units to buy, 1 to 1000 (and within the sale's per-shopper limit).
     #[serde(default = "one")]
@@ -68,15 +70,44 @@ pub struct OrderView {
     pub failure_reason: Option<String>,
 }
 
-fn parse_quantity(body: Result<Bytes, BytesRejection>) -> Result<i64, ApiError> {
+/// A request body as a JSON object with known fields only: serde alone
+/// reads a struct from an array (`[5]` would buy five) and ignores unknown
+/// fields (`{"quantiy": 5}` would buy one). An empty body is `{}`.
+fn json_object<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+    shape: &str,
+) -> Result<T, ApiError> {
     let body = body.map_err(|e| ApiError::invalid(format!("unreadable body: {e}")))?;
-    let quantity = if body.iter().all(u8::is_ascii_whitespace) {
-        1
+    let value = if body.iter().all(u8::is_ascii_whitespace) {
+        serde_json::Value::Object(serde_json::Map::new())
     } else {
-        serde_json::from_slice::<PurchaseRequest>(&body)
-            .map_err(|e| ApiError::invalid(format!("body must be {{\"quantity\": n}}: {e}")))?
-            .quantity
+        serde_json::from_slice(&body).map_err(|e| {
+            ApiError::invalid(format!("the body is not JSON ({e}); expected {shape}"))
+        })?
     };
+    if !value.is_object() {
+        return Err(ApiError::invalid(format!(
+            "the body must be a JSON object {shape}, not {}",
+            match value {
+                serde_json::Value::Array(_) => "an array",
+                serde_json::Value::String(_) => "a string",
+                serde_json::Value::Number(_) => "a number",
+                serde_json::Value::Bool(_) => "a boolean",
+                _ => "null",
+            }
+        )));
+    }
+    serde_json::from_value(value)
+        .map_err(|e| ApiError::invalid(format!("the body must be {shape}: {e}")))
+}
+
+/// The body of a route that takes none: empty or `{}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoFields {}
+
+fn parse_quantity(body: Result<Bytes, BytesRejection>) -> Result<i64, ApiError> {
+    let quantity = json_object::<PurchaseRequest>(body, "{\"quantity\": n}")?.quantity;
     if !(1..=MAX_QUANTITY).contains(&quantity) {
         return Err(ApiError::invalid(format!(
             "quantity must be between 1 and {MAX_QUANTITY}"
@@ -195,6 +226,7 @@ pub async fn purchase(
         (status = 200, description = "The order", body = OrderView),
         (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
         (status = 404, description = "NOT_FOUND: no such order for this shopper", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED, with Retry-After", body = ErrorBody),
     ),
     security(("bearer" = [])),
     tag = "orders"
@@ -222,9 +254,11 @@ pub async fn get_order(
     params(("orderId" = Uuid, Path, description = "The order id")),
     responses(
         (status = 200, description = "The order, PAID", body = OrderView),
+        (status = 400, description = "INVALID_REQUEST: a body other than {}", body = ErrorBody),
         (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
         (status = 404, description = "NOT_FOUND", body = ErrorBody),
         (status = 409, description = "ORDER_PENDING (with Retry-After) or ORDER_NOT_PAYABLE", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED, with Retry-After", body = ErrorBody),
     ),
     security(("bearer" = [])),
     tag = "orders"
@@ -234,7 +268,9 @@ pub async fn pay(
     ClientIp(ip): ClientIp,
     Path(order_id): Path<String>,
     headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<OrderView>, ApiError> {
+    json_object::<NoFields>(body, "{} (or no body)")?;
     change(&state, ip, &order_id, &headers, OrderEvent::Pay).await
 }
 
@@ -246,9 +282,11 @@ pub async fn pay(
     params(("orderId" = Uuid, Path, description = "The order id")),
     responses(
         (status = 200, description = "The order, CANCELLED or REFUNDED", body = OrderView),
+        (status = 400, description = "INVALID_REQUEST: a body other than {}", body = ErrorBody),
         (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
         (status = 404, description = "NOT_FOUND", body = ErrorBody),
         (status = 409, description = "ORDER_PENDING (with Retry-After) or ORDER_NOT_CANCELLABLE", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED, with Retry-After", body = ErrorBody),
     ),
     security(("bearer" = [])),
     tag = "orders"
@@ -258,7 +296,9 @@ pub async fn cancel(
     ClientIp(ip): ClientIp,
     Path(order_id): Path<String>,
     headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<OrderView>, ApiError> {
+    json_object::<NoFields>(body, "{} (or no body)")?;
     change(&state, ip, &order_id, &headers, OrderEvent::Cancel).await
 }
 
