@@ -31,11 +31,11 @@ up() {
     "$BIN/flashsale-operator" --watch-namespace "$NAMESPACE" --lease-namespace "$NAMESPACE" \
     --listen "127.0.0.1:$OPERATOR_PORT"
   start_bg api "$BIN/flashsale" api --namespace "$NAMESPACE" --dev-identity \
-    --listen "127.0.0.1:$API_PORT"
+    --listen "127.0.0.1:$API_PORT" --internal-listen "127.0.0.1:$API_INTERNAL_PORT"
   start_bg consumer "$BIN/flashsale" consumer --all-sales --namespace "$NAMESPACE"
-  wait_until 30 "the shopper API" curl -fsS "http://127.0.0.1:$API_PORT/healthz"
+  wait_until 30 "the shopper API" curl -fsS "http://127.0.0.1:$API_INTERNAL_PORT/healthz"
   wait_until 30 "the operator" curl -fsS "http://127.0.0.1:$OPERATOR_PORT/healthz"
-  log "local loop up: API http://127.0.0.1:$API_PORT serving namespace $NAMESPACE"
+  log "local loop up: API http://127.0.0.1:$API_PORT serving namespace $NAMESPACE (metrics on :$API_INTERNAL_PORT)"
 }
 
 down() {

@@ -17,9 +17,10 @@ export DATABASE_URL='postgres://postgres@127.0.0.1:$PG_PORT/flashsale'
 export KAFKA_BOOTSTRAP='127.0.0.1:$KAFKA_PORT'
 export FLASHSALE_RUN='$RUN_DIR'
 export FLASHSALE_LOGS='$LOG_DIR'
-# The local loop (e2e/stack/local.sh, run by make up): the shopper API and
-# the namespace its operator watches.
+# The local loop (e2e/stack/local.sh, run by make up): the shopper API, its
+# metrics (the internal port) and the namespace its operator watches.
 export FLASHSALE_API_URL='http://127.0.0.1:$API_PORT'
+export FLASHSALE_API_METRICS_URL='http://127.0.0.1:$API_INTERNAL_PORT/metrics'
 export FLASHSALE_NAMESPACE='default'
 ENV
 mv "$ENV_FILE.tmp" "$ENV_FILE"

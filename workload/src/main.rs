@@ -11,6 +11,7 @@ use flashsale_workload::api::limits::LimitConfig;
 use std::sync::Arc;
 
 use flashsale_workload::api::server::{ApiConfig, serve, shutdown_signal};
+use flashsale_workload::api::transport::TransportLimits;
 use flashsale_workload::bus::producer::ProducerSettings;
 use flashsale_workload::consumer::{ConsumerSettings, Supervisor, run_all_sales};
 use flashsale_workload::domain::invariants;
@@ -215,9 +216,32 @@ struct Services {
 
 #[derive(Args)]
 struct ApiArgs {
-    /// Address to listen on.
+    /// The public port: shopper routes and /openapi.json.
     #[arg(long, env = "FLASHSALE_LISTEN", default_value = "127.0.0.1:18080")]
     listen: SocketAddr,
+    /// The internal port: /healthz, /readyz and /metrics (probes, Prometheus).
+    #[arg(
+        long,
+        env = "FLASHSALE_INTERNAL_LISTEN",
+        default_value = "127.0.0.1:18090"
+    )]
+    internal_listen: SocketAddr,
+    /// Time a client has to send a request's headers, or to start the next
+    /// request on an open connection.
+    #[arg(long, env = "FLASHSALE_HEADER_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    header_timeout: Duration,
+    /// Time a client has to send a request's body.
+    #[arg(long, env = "FLASHSALE_BODY_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    body_timeout: Duration,
+    /// Time a request other than a purchase may take in all (503 past it).
+    #[arg(long, env = "FLASHSALE_REQUEST_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    request_timeout: Duration,
+    /// Requests in flight at most; more are answered 503 BUSY at once.
+    #[arg(long, env = "FLASHSALE_MAX_IN_FLIGHT", default_value_t = 1024)]
+    max_in_flight: usize,
+    /// Time in-flight requests get to finish after SIGTERM.
+    #[arg(long, env = "FLASHSALE_SHUTDOWN_GRACE", default_value = "20s", value_parser = humantime::parse_duration)]
+    shutdown_grace: Duration,
     /// The namespace whose FlashSales this API serves.
     #[arg(long, env = "FLASHSALE_NAMESPACE", default_value = "default")]
     namespace: String,
@@ -258,6 +282,14 @@ impl ApiArgs {
         };
         Ok(ApiConfig {
             listen: self.listen,
+            internal_listen: self.internal_listen,
+            transport: TransportLimits {
+                header_timeout: self.header_timeout,
+                body_timeout: self.body_timeout,
+                request_timeout: self.request_timeout,
+                max_in_flight: self.max_in_flight,
+                shutdown_grace: self.shutdown_grace,
+            },
             namespace: self.namespace,
             redis: self.services.redis,
             database_url: self.services.database.database_url,
@@ -361,8 +393,8 @@ async fn run_consumer(args: ConsumerArgs) -> anyhow::Result<()> {
     tracing::info!(listen = %listener.local_addr()?, "consumer metrics serving");
     let server = tokio::spawn(flashsale_workload::metrics::serve(
         listener,
-        metrics,
-        stop.clone(),
+        flashsale_workload::metrics::router(metrics),
+        stop.clone().cancelled_owned(),
     ));
 
     let stopper = {

@@ -153,28 +153,41 @@ impl Metrics {
     }
 }
 
-/// Serves `/metrics` and `/healthz` (for processes without the API router)
-/// until `stop`.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    metrics: std::sync::Arc<Metrics>,
-    stop: tokio_util::sync::CancellationToken,
-) {
+/// `/healthz` (the process answers) and `/metrics`: the routes of every
+/// process's internal port.
+pub fn router(metrics: std::sync::Arc<Metrics>) -> axum::Router {
+    use axum::http::header;
     use axum::routing::get;
-    let app = axum::Router::new()
+    axum::Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route(
             "/metrics",
             get(move || {
                 let metrics = metrics.clone();
-                async move { metrics.encode() }
+                async move {
+                    (
+                        [(
+                            header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        metrics.encode(),
+                    )
+                }
             }),
-        );
+        )
+}
+
+/// Serves an internal port's `app` until `stop`.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    stop: impl Future<Output = ()> + Send + 'static,
+) {
     if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .with_graceful_shutdown(stop)
         .await
     {
-        tracing::warn!(error = %e, "metrics server stopped");
+        tracing::warn!(error = %e, "internal port stopped");
     }
 }
 

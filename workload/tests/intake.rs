@@ -160,15 +160,36 @@ async fn every_refusal_code_comes_from_a_real_request() {
     let info: serde_json::Value = info.json().await.unwrap();
     assert_eq!(info["sku"], "SKU-TEST");
     assert_eq!(info["purchaseLimit"], 1);
-    for path in ["/healthz", "/readyz", "/metrics", "/openapi.json"] {
-        let r = api
-            .client
-            .get(format!("{}{path}", api.url))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200, "{path}");
+    // The public port serves the shopper routes and OpenAPI only; probes and
+    // metrics are on the internal port (readiness once its first check ran).
+    let get = |url: String| {
+        let client = api.client.clone();
+        async move { client.get(url).send().await.unwrap().status() }
+    };
+    assert_eq!(get(format!("{}/openapi.json", api.url)).await, 200);
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(
+            get(format!("{}{path}", api.url)).await,
+            404,
+            "public {path}"
+        );
     }
+    for path in ["/healthz", "/metrics"] {
+        assert_eq!(
+            get(format!("{}{path}", api.internal_url)).await,
+            200,
+            "internal {path}"
+        );
+    }
+    let mut ready = get(format!("{}/readyz", api.internal_url)).await;
+    for _ in 0..50 {
+        if ready == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        ready = get(format!("{}/readyz", api.internal_url)).await;
+    }
+    assert_eq!(ready, 200, "internal /readyz");
     api.stop().await;
 
     // RATE_LIMITED: one request per second per shopper, a burst of five.
@@ -476,17 +497,11 @@ async fn stock_moves_to_a_dry_shard_and_never_strands() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn made_up_methods_add_no_metric_series() {
+async fn made_up_methods_and_paths_add_no_metric_series() {
     let (api, config, _store) = live_sale(common::redis_node(), 10, 1, 2).await;
-    let url = format!("{}/v1/sales/{}/orders", api.url, config.sale.name);
-    let series = |text: &str| {
-        text.lines()
-            .filter(|l| l.starts_with("flashsale_http_requests_total{"))
-            .count()
-    };
     let metrics = || async {
         api.client
-            .get(format!("{}/metrics", api.url))
+            .get(format!("{}/metrics", api.internal_url))
             .send()
             .await
             .unwrap()
@@ -494,23 +509,60 @@ async fn made_up_methods_add_no_metric_series() {
             .await
             .unwrap()
     };
-    // Reading the metrics is a request too: its own series exists from here on.
-    metrics().await;
-    for i in 0..200 {
-        let method = reqwest::Method::from_bytes(format!("X{i}").as_bytes()).unwrap();
-        let answer = api.client.request(method, &url).send().await.unwrap();
-        assert!(answer.status().is_client_error(), "{}", answer.status());
-    }
-    let after_first = series(&metrics().await);
-    for i in 200..400 {
-        let method = reqwest::Method::from_bytes(format!("X{i}").as_bytes()).unwrap();
-        api.client.request(method, &url).send().await.unwrap();
-    }
-    let after_second = series(&metrics().await);
-    println!("request series after 200 and 400 made-up methods: {after_first}, {after_second}");
-    assert!(after_first > 0, "the request counter is exported");
+    let series = |text: &str| {
+        text.lines()
+            .filter(|l| l.starts_with("flashsale_http_requests_total{"))
+            .count()
+    };
+    // Made-up methods on a real route and on made-up paths, `n` of each.
+    let storm = |from: usize, n: usize| {
+        let (client, url, sale) = (
+            api.client.clone(),
+            api.url.clone(),
+            config.sale.name.clone(),
+        );
+        async move {
+            for i in from..from + n {
+                let method = reqwest::Method::from_bytes(format!("X{i}").as_bytes()).unwrap();
+                let path = match i % 3 {
+                    0 => format!("/v1/sales/{sale}/orders"),
+                    1 => format!("/made/up/{i}"),
+                    _ => format!("/v1/orders/{i}/x{i}"),
+                };
+                let method = if i % 2 == 0 {
+                    method
+                } else {
+                    reqwest::Method::GET
+                };
+                let answer = client
+                    .request(method, format!("{url}{path}"))
+                    .send()
+                    .await
+                    .unwrap();
+                assert!(answer.status().is_client_error(), "{}", answer.status());
+            }
+        }
+    };
+    storm(0, 100).await;
+    let before = metrics().await;
+    storm(100, 10_000).await;
+    let after = metrics().await;
+    println!(
+        "after 100 and 10,100 made-up requests: {} and {} request series, /metrics {} and {} bytes",
+        series(&before),
+        series(&after),
+        before.len(),
+        after.len()
+    );
+    assert!(series(&before) > 0, "the request counter is exported");
     assert_eq!(
-        after_first, after_second,
-        "made-up methods added series: the label must come from a fixed set"
+        series(&before),
+        series(&after),
+        "made-up methods or paths added series: labels must come from a fixed set"
+    );
+    assert!(
+        after.len() < before.len() + 1024,
+        "/metrics grew by {} bytes",
+        after.len() - before.len()
     );
 }

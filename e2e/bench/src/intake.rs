@@ -55,6 +55,7 @@ pub struct Intake {
 /// Clients, as in the redis-benchmark baseline.
 pub const CLIENTS: usize = 50;
 const API_PORT: u16 = 18180;
+const API_INTERNAL_PORT: u16 = 18190;
 /// The unmeasured storm before the measured ones.
 const WARM_UP: Duration = Duration::from_secs(5);
 
@@ -185,6 +186,8 @@ pub async fn run(
         sale::NAMESPACE,
         "--listen",
         &format!("127.0.0.1:{API_PORT}"),
+        "--internal-listen",
+        &format!("127.0.0.1:{API_INTERNAL_PORT}"),
     ])
     .args(["--rate-limit-global", "0", "--rate-limit-shopper", "0"])
     .arg("--jwt-hs256-secret-file")
@@ -192,9 +195,12 @@ pub async fn run(
     .env("DATABASE_URL", stack::database_url());
     let api = Proc::start(&procs::log("api"), api)?;
     let url = format!("http://127.0.0.1:{API_PORT}");
-    procs::wait_http(&format!("{url}/readyz"), Duration::from_secs(30))
-        .await
-        .map_err(anyhow::Error::msg)?;
+    procs::wait_http(
+        &format!("http://127.0.0.1:{API_INTERNAL_PORT}/readyz"),
+        Duration::from_secs(30),
+    )
+    .await
+    .map_err(anyhow::Error::msg)?;
     tokio::time::sleep(Duration::from_millis(1200)).await; // the catalog's first refresh
 
     // Unmeasured: connections, the JIT of Kafka's JVM and the allocators

@@ -245,7 +245,7 @@ async fn buy(http: &reqwest::Client, url: &str, sale: &str, shopper: &str) -> (u
 pub async fn run(image: &str, trials: usize) -> anyhow::Result<OperatorFigures> {
     let cluster = Cluster::new().await?;
     let operator = cluster.operator(image)?;
-    let api_port = 18181;
+    let (api_port, api_internal_port) = (18181, 18191);
     let mut api = procs::pinned("1", procs::release_bin("flashsale"));
     api.args([
         "api",
@@ -254,14 +254,19 @@ pub async fn run(image: &str, trials: usize) -> anyhow::Result<OperatorFigures> 
         "--dev-identity",
         "--listen",
         &format!("127.0.0.1:{api_port}"),
+        "--internal-listen",
+        &format!("127.0.0.1:{api_internal_port}"),
     ])
     .args(["--rate-limit-global", "0", "--rate-limit-shopper", "0"])
     .env("DATABASE_URL", stack::database_url());
     let _api = Proc::start(&procs::log("api-operator"), api)?;
     let url = format!("http://127.0.0.1:{api_port}");
-    procs::wait_http(&format!("{url}/healthz"), Duration::from_secs(30))
-        .await
-        .map_err(anyhow::Error::msg)?;
+    procs::wait_http(
+        &format!("http://127.0.0.1:{api_internal_port}/healthz"),
+        Duration::from_secs(30),
+    )
+    .await
+    .map_err(anyhow::Error::msg)?;
 
     // Five sales whose warm-up and start are due at known instants.
     eprintln!("operator: 5 sales, warm-up and live against their due instants");

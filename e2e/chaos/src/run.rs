@@ -80,6 +80,7 @@ struct Processes {
     env: Vec<(String, String)>,
     namespace: String,
     api_port: u16,
+    api_internal_port: u16,
     operators: Vec<(String, Proc)>,
     api: Option<Proc>,
     consumer: Option<Proc>,
@@ -119,11 +120,15 @@ impl Processes {
         let mut c = self.command("flashsale");
         c.args(["api", "--namespace", &self.namespace, "--dev-identity"])
             .args(["--listen", &format!("127.0.0.1:{}", self.api_port)])
+            .args([
+                "--internal-listen",
+                &format!("127.0.0.1:{}", self.api_internal_port),
+            ])
             .args(["--rate-limit-shopper", "0"])
             .env("RUST_LOG", "info");
         self.api = Some(Proc::start(&self.dir.join("api.log"), c)?);
         wait_http(
-            &format!("http://127.0.0.1:{}/healthz", self.api_port),
+            &format!("http://127.0.0.1:{}/healthz", self.api_internal_port),
             Duration::from_secs(30),
         )
         .await
@@ -194,9 +199,12 @@ async fn run_inner(
     } else {
         stack::redis_url()
     };
-    let api_port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let free_port = || -> std::io::Result<u16> {
+        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port())
+    };
+    let (api_port, api_internal_port) = (free_port()?, free_port()?);
     let env = vec![
         ("FLASHSALE_REDIS".to_string(), redis.clone()),
         ("DATABASE_URL".into(), db_url.clone()),
@@ -213,6 +221,7 @@ async fn run_inner(
         env,
         namespace: namespace.clone(),
         api_port,
+        api_internal_port,
         operators: Vec::new(),
         api: None,
         consumer: None,
@@ -223,7 +232,9 @@ async fn run_inner(
     procs.start_consumer()?;
     let mut timeline = vec![(at(t0), "processes started".to_string())];
 
-    // The sale: warm-up 3 s before its start, 6 s from now.
+    // The sale: warm-up 3 s before its start, 6 s from now; cleanup long
+    // after the check's horizon (150 s for the final reconciliation), so
+    // that a run converging slowly still has its Redis state checked (I6).
     let sales: Api<FlashSale> = Api::namespaced(client.clone(), &namespace);
     let start = Utc::now() + chrono::Duration::seconds(6);
     let end = start + chrono::Duration::seconds(size.window_secs);
@@ -235,7 +246,7 @@ async fn run_inner(
             "sku": "SKU-CHAOS", "stock": size.stock, "purchaseLimit": 2,
             "sharding": {"shards": 4},
             "window": {"start": time(start), "end": time(end)},
-            "warmup": {"leadTime": "3s"}, "cleanup": {"after": "2m"},
+            "warmup": {"leadTime": "3s"}, "cleanup": {"after": "5m"},
             "payment": {"timeout": "2m"},
             "consumers": {"minReplicas": 0, "maxReplicas": 2},
         }
@@ -311,6 +322,17 @@ async fn run_inner(
 
     check(&db_url, &redis, &sale, &told, api_port, result).await?;
     timeline.push((at(t0), "checked".into()));
+    // The pods' logs (consumers, Jobs) go with the namespace: keep them.
+    let pods = stack::kubectl(&[
+        "logs",
+        "-n",
+        &namespace,
+        "--prefix",
+        "--tail=-1",
+        "-l",
+        "app.kubernetes.io/managed-by",
+    ]);
+    let _ = std::fs::write(dir.join("pods.log"), pods);
     // Deleted while its operators run: the finalizer removes its topics.
     let _ = sales.delete("storm", &DeleteParams::default()).await;
     for _ in 0..300 {

@@ -391,6 +391,8 @@ impl ApiProcess {
                 "--dev-identity",
                 "--listen",
                 &format!("127.0.0.1:{port}"),
+                "--internal-listen",
+                "127.0.0.1:0",
             ])
             .env("FLASHSALE_REDIS", redis)
             .env("DATABASE_URL", database_url)

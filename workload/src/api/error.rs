@@ -77,6 +77,11 @@ impl ApiError {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", message).retry_after(1)
     }
 
+    /// 503 `BUSY`: too much in flight; retry in a second.
+    pub fn busy(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "BUSY", message).retry_after(1)
+    }
+
     /// 409 `ORDER_PENDING`: accepted, not yet persisted.
     pub fn order_pending() -> Self {
         Self::new(
@@ -131,12 +136,9 @@ impl From<Refusal> for ApiError {
                 "LIMIT_EXCEEDED",
                 "this purchase would exceed the per-shopper limit",
             ),
-            Refusal::Busy => Self::new(
-                S::SERVICE_UNAVAILABLE,
-                "BUSY",
-                "too many orders are waiting to be processed; retry shortly",
-            )
-            .retry_after(1),
+            Refusal::Busy => {
+                Self::busy("too many orders are waiting to be processed; retry shortly")
+            }
             Refusal::Unavailable => {
                 Self::unavailable("the sale's store is unreachable; nothing was reserved")
             }

@@ -1,21 +1,23 @@
 //! The shopper HTTP API (axum), exactly per the contract: sale info, purchase,
-//! order status, pay and cancel; health, readiness, metrics and OpenAPI.
+//! order status, pay and cancel, and OpenAPI on the public port; health,
+//! readiness and metrics on the internal one.
 
 pub mod auth;
 pub mod error;
+pub mod internal;
 pub mod limits;
 pub mod openapi;
 pub mod orders;
 pub mod sales;
 pub mod server;
+pub mod transport;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::extract::{ConnectInfo, DefaultBodyLimit, FromRequestParts, MatchedPath, Request, State};
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -47,6 +49,8 @@ pub struct AppState {
     pub limits: Arc<Limits>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// What the last readiness check found.
+    pub readiness: Arc<internal::Readiness>,
 }
 
 /// The client's address (the TCP peer).
@@ -65,22 +69,25 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientIp {
     }
 }
 
-/// The routes, with the body limit, the metrics middleware and JSON answers
-/// for unknown paths, wrong methods and (as a safety net) panics.
-pub fn router(state: AppState) -> Router {
-    Router::new()
+/// The public port's routes, with the body limit, the transport guard
+/// (in-flight cap, timeouts), the metrics middleware and JSON answers for
+/// unknown paths, wrong methods and (as a safety net) panics.
+pub fn router(state: AppState, limits: &transport::TransportLimits) -> Router {
+    let cut_when_late = Router::new()
         .route("/v1/sales/{sale}", get(sales::get_sale))
-        .route("/v1/sales/{sale}/orders", post(orders::purchase))
         .route("/v1/orders/{order_id}", get(orders::get_order))
         .route("/v1/orders/{order_id}/pay", post(orders::pay))
         .route("/v1/orders/{order_id}/cancel", post(orders::cancel))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/openapi.json", get(|| async { Json(openapi::document()) }))
+        .route("/openapi.json", get(|| async { Json(openapi::document()) }));
+    let routes = Router::new()
+        // A purchase is never cut in the middle: its answer must be the
+        // truth, and each of its steps has its own timeout (Redis, Kafka).
+        .route("/v1/sales/{sale}/orders", post(orders::purchase))
+        .merge(transport::request_timeout(cut_when_late, limits))
         .fallback(|| async { ApiError::not_found("no such path") })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES));
+    transport::guard(routes, limits)
         .layer(middleware::from_fn_with_state(state.clone(), track))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             |_: Box<dyn std::any::Any + Send>| ApiError::internal().into_response(),
@@ -131,36 +138,4 @@ async fn track(State(state): State<AppState>, request: Request, next: Next) -> R
         })
         .inc();
     response
-}
-
-async fn readyz(State(state): State<AppState>) -> Response {
-    let redis_ok = {
-        let mut conn = state.intake.store().conn();
-        tokio::time::timeout(
-            Duration::from_secs(1),
-            redis::cmd("PING").query_async::<String>(&mut conn),
-        )
-        .await
-        .is_ok_and(|r| r.is_ok())
-    };
-    let kafka_ok = state.intake.producer().ping().await;
-    let catalog_ok = state.catalog.is_loaded();
-    let body = serde_json::json!({ "redis": redis_ok, "kafka": kafka_ok, "sales": catalog_ok });
-    let status = if redis_ok && kafka_ok && catalog_ok {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    (status, Json(body)).into_response()
-}
-
-async fn metrics(State(state): State<AppState>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        state.metrics.encode(),
-    )
-        .into_response()
 }

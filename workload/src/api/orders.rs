@@ -227,6 +227,7 @@ pub async fn purchase(
         (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
         (status = 404, description = "NOT_FOUND: no such order for this shopper", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED, with Retry-After", body = ErrorBody),
+        (status = 503, description = "BUSY: too many requests in flight, or UNAVAILABLE: a dependency is down or the request took too long; with Retry-After", body = ErrorBody),
     ),
     security(("bearer" = [])),
     tag = "orders"
@@ -259,6 +260,7 @@ pub async fn get_order(
         (status = 404, description = "NOT_FOUND", body = ErrorBody),
         (status = 409, description = "ORDER_PENDING (with Retry-After) or ORDER_NOT_PAYABLE", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED, with Retry-After", body = ErrorBody),
+        (status = 503, description = "BUSY: too many requests in flight, or UNAVAILABLE: a dependency is down or the request took too long; with Retry-After", body = ErrorBody),
     ),
     security(("bearer" = [])),
     tag = "orders"
@@ -287,6 +289,7 @@ pub async fn pay(
         (status = 404, description = "NOT_FOUND", body = ErrorBody),
         (status = 409, description = "ORDER_PENDING (with Retry-After) or ORDER_NOT_CANCELLABLE", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED, with Retry-After", body = ErrorBody),
+        (status = 503, description = "BUSY: too many requests in flight, or UNAVAILABLE: a dependency is down or the request took too long; with Retry-After", body = ErrorBody),
     ),
     security(("bearer" = [])),
     tag = "orders"

@@ -41,6 +41,7 @@ pub struct SaleInfo {
         (status = 200, description = "The sale", body = SaleInfo),
         (status = 404, description = "No such sale (NOT_FOUND)", body = ErrorBody),
         (status = 429, description = "Rate limited (RATE_LIMITED)", body = ErrorBody),
+        (status = 503, description = "BUSY: too many requests in flight, with Retry-After", body = ErrorBody),
     ),
     tag = "sales"
 )]

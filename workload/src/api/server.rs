@@ -1,15 +1,18 @@
 //! `flashsale api`: wires Redis, Kafka, PostgreSQL and the router, serves
-//! until SIGTERM/Ctrl-C, finishes in-flight purchases, flushes the producer.
+//! the public and the internal port until SIGTERM/Ctrl-C, finishes in-flight
+//! purchases, flushes the producer.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use tokio_util::sync::CancellationToken;
 
 use super::auth::{Auth, AuthConfig};
 use super::limits::{LimitConfig, Limits};
-use super::{AppState, router};
+use super::transport::{self, TransportLimits};
+use super::{AppState, internal, router};
 use crate::bus::producer::{OrderProducer, ProducerSettings};
 use crate::catalog::Catalog;
 use crate::intake::Intake;
@@ -20,8 +23,12 @@ use crate::redis::{RedisConn, RedisTarget};
 
 /// Everything `flashsale api` needs.
 pub struct ApiConfig {
-    /// Address to listen on.
+    /// The public port's address (shopper routes, OpenAPI).
     pub listen: SocketAddr,
+    /// The internal port's address (`/healthz`, `/readyz`, `/metrics`).
+    pub internal_listen: SocketAddr,
+    /// Timeouts and the in-flight cap of the public port.
+    pub transport: TransportLimits,
     /// The namespace whose sales are served.
     pub namespace: String,
     /// Redis.
@@ -73,36 +80,81 @@ pub async fn build_state(config: &ApiConfig) -> anyhow::Result<AppState> {
         auth: Arc::new(auth),
         limits,
         metrics,
+        readiness: Arc::default(),
     })
 }
 
-/// Serves `state` on `listener` until `shutdown` resolves, finishing
-/// in-flight requests, then flushes the producer.
+/// Connections the kernel queues for accepting (capped by the system's
+/// `net.core.somaxconn`): the first second of a sale opens thousands at once,
+/// and a connection the queue drops waits for its SYN to be sent again (1 s,
+/// then 3, 7, 15...).
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// The API's two listening sockets.
+pub struct Listeners {
+    /// Shopper routes and OpenAPI.
+    pub public: tokio::net::TcpListener,
+    /// Probes and metrics.
+    pub internal: tokio::net::TcpListener,
+}
+
+impl Listeners {
+    /// Binds both addresses of `config`.
+    pub fn bind(config: &ApiConfig) -> anyhow::Result<Self> {
+        let bind = |addr: SocketAddr| {
+            let socket = if addr.is_ipv4() {
+                tokio::net::TcpSocket::new_v4()
+            } else {
+                tokio::net::TcpSocket::new_v6()
+            }?;
+            socket.set_reuseaddr(true)?;
+            socket.bind(addr)?;
+            socket.listen(LISTEN_BACKLOG)
+        };
+        let bind = |addr| bind(addr).with_context(|| format!("failed to listen on {addr}"));
+        Ok(Self {
+            public: bind(config.listen)?,
+            internal: bind(config.internal_listen)?,
+        })
+    }
+}
+
+/// Serves `state` until `shutdown` resolves, finishing in-flight requests
+/// within the grace period, then flushes the producer. Readiness is checked
+/// in the background while it serves.
 pub async fn serve_on(
-    listener: tokio::net::TcpListener,
+    listeners: Listeners,
     state: AppState,
+    limits: TransportLimits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+) {
     let producer = state.intake.producer().clone();
-    axum::serve(
-        listener,
-        router(state).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await?;
+    let stop = CancellationToken::new();
+    internal::spawn_checks(state.clone(), stop.clone());
+    let internal = tokio::spawn(crate::metrics::serve(
+        listeners.internal,
+        internal::router(state.clone()),
+        stop.clone().cancelled_owned(),
+    ));
+    transport::serve(listeners.public, router(state, &limits), &limits, shutdown).await;
     tracing::info!("in-flight requests finished; flushing the producer");
     producer.flush(Duration::from_secs(5));
-    Ok(())
+    stop.cancel();
+    let _ = internal.await;
 }
 
 /// Serves the API until SIGTERM or Ctrl-C.
 pub async fn serve(config: ApiConfig) -> anyhow::Result<()> {
     let state = build_state(&config).await?;
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("failed to listen on {}", config.listen))?;
-    tracing::info!(listen = %config.listen, namespace = %config.namespace, "shopper API serving");
-    serve_on(listener, state, shutdown_signal()).await
+    let listeners = Listeners::bind(&config)?;
+    tracing::info!(
+        listen = %config.listen,
+        internal = %config.internal_listen,
+        namespace = %config.namespace,
+        "shopper API serving"
+    );
+    serve_on(listeners, state, config.transport, shutdown_signal()).await;
+    Ok(())
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

@@ -292,6 +292,9 @@ pub async fn storm(config: StormConfig) -> (StormReport, Told) {
     let concurrency = config.concurrency.max(1);
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(concurrency)
+        // The API closes a connection idle for its header timeout (5 s by
+        // default); a client that idles less never sends on a closing one.
+        .pool_idle_timeout(Duration::from_secs(2))
         .timeout(Duration::from_secs(30))
         .build()
         .expect("an HTTP client builds");

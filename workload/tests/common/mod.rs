@@ -10,7 +10,8 @@ use chrono::{DateTime, Utc};
 use flashsale_testkit as stack;
 use flashsale_workload::api::auth::AuthConfig;
 use flashsale_workload::api::limits::LimitConfig;
-use flashsale_workload::api::server::{ApiConfig, build_state, serve_on};
+use flashsale_workload::api::server::{ApiConfig, Listeners, build_state, serve_on};
+use flashsale_workload::api::transport::TransportLimits;
 use flashsale_workload::bus::admin::Admin;
 use flashsale_workload::bus::message::OrderMessage;
 use flashsale_workload::bus::producer::ProducerSettings;
@@ -153,6 +154,7 @@ pub struct ApiOptions {
     pub kafka: String,
     pub per_shopper_per_sec: u32,
     pub produce_timeout: Duration,
+    pub transport: TransportLimits,
 }
 
 impl ApiOptions {
@@ -164,13 +166,17 @@ impl ApiOptions {
             kafka: stack::kafka_bootstrap(),
             per_shopper_per_sec: 1000,
             produce_timeout: Duration::from_secs(3),
+            transport: TransportLimits::default(),
         }
     }
 }
 
-/// An API served on a real loopback socket.
+/// An API served on real loopback sockets.
 pub struct TestApi {
+    /// The public port: shopper routes and OpenAPI.
     pub url: String,
+    /// The internal port: probes and metrics.
+    pub internal_url: String,
     pub client: reqwest::Client,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<()>>,
@@ -180,6 +186,8 @@ impl TestApi {
     pub async fn start(options: ApiOptions) -> Self {
         let config = ApiConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            internal_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            transport: options.transport,
             namespace: options.namespace,
             redis: options.redis,
             database_url: database_url_of(&options.database),
@@ -200,20 +208,21 @@ impl TestApi {
             },
         };
         let state = build_state(&config).await.unwrap();
-        let listener = tokio::net::TcpListener::bind(config.listen).await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let listeners = Listeners::bind(&config).unwrap();
+        let url = format!("http://{}", listeners.public.local_addr().unwrap());
+        let internal_url = format!("http://{}", listeners.internal.local_addr().unwrap());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(async move {
-            serve_on(listener, state, async {
-                let _ = rx.await;
-            })
-            .await
-            .unwrap();
-        });
+        let server = tokio::spawn(serve_on(listeners, state, config.transport, async {
+            let _ = rx.await;
+        }));
         Self {
             url,
+            internal_url,
             client: reqwest::Client::builder()
-                .pool_max_idle_per_host(256)
+                .pool_max_idle_per_host(8192)
+                // Below the API's header timeout: it closes connections idle
+                // that long, and a request sent on one as it closes is reset.
+                .pool_idle_timeout(config.transport.header_timeout / 2)
                 .timeout(Duration::from_secs(30))
                 .build()
                 .unwrap(),
@@ -245,6 +254,11 @@ impl TestApi {
     }
 
     /// POST a purchase as `shopper`, with an `Idempotency-Key` if given.
+    /// With a key, a request whose connection was lost is sent again, as
+    /// real clients do: the key makes the retry safe. (Thousands of tasks on
+    /// two threads may read an answer seconds late and then reuse a
+    /// connection the API has just closed for idling past its header
+    /// timeout.)
     pub async fn buy_with_key(
         &self,
         sale: &SaleRef,
@@ -252,15 +266,22 @@ impl TestApi {
         quantity: i64,
         key: Option<&str>,
     ) -> Answer {
-        let mut request = self
-            .client
-            .post(format!("{}/v1/sales/{}/orders", self.url, sale.name))
-            .header("x-user-id", shopper)
-            .json(&serde_json::json!({ "quantity": quantity }));
-        if let Some(key) = key {
-            request = request.header("idempotency-key", key);
+        let mut attempts = 0;
+        loop {
+            let mut request = self
+                .client
+                .post(format!("{}/v1/sales/{}/orders", self.url, sale.name))
+                .header("x-user-id", shopper)
+                .json(&serde_json::json!({ "quantity": quantity }));
+            if let Some(key) = key {
+                request = request.header("idempotency-key", key);
+            }
+            match request.send().await {
+                Ok(response) => return Answer::read(response).await,
+                Err(e) if key.is_some() && attempts < 5 && !e.is_timeout() => attempts += 1,
+                Err(e) => panic!("the purchase got no answer: {e:?}"),
+            }
         }
-        Answer::read(request.send().await.unwrap()).await
     }
 
     /// POST to an order's route (`pay`, `cancel`) as `shopper`.
@@ -445,9 +466,11 @@ impl StormResult {
 
 /// `requests` concurrent purchases by `shoppers` shoppers, quantities 1-2.
 /// Like real clients, a purchase answered 503 (UNAVAILABLE, BUSY: nothing
-/// reserved, retry) is retried with its `Idempotency-Key` until it gets a
-/// decision: a Redis reply later than its timeout under a loaded machine then
-/// costs time, not units left unsold.
+/// reserved, retry) is retried with its `Idempotency-Key` after its
+/// `Retry-After` (with jitter, so that the shed do not come back in step)
+/// until it gets a decision: a Redis reply later than its timeout under a
+/// loaded machine, or more requests than the API takes in flight, then costs
+/// time, not units left unsold.
 pub async fn storm(
     api: &std::sync::Arc<TestApi>,
     sale: &SaleRef,
@@ -462,7 +485,7 @@ pub async fn storm(
                 let shopper = format!("shopper-{}", i % shoppers);
                 let quantity = 1 + ((i * 7919 % 13) % 2) as i64;
                 let key = format!("request-{i}");
-                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                let deadline = std::time::Instant::now() + Duration::from_secs(60);
                 loop {
                     let answer = api
                         .buy_with_key(&sale, &shopper, quantity, Some(&key))
@@ -470,7 +493,13 @@ pub async fn storm(
                     if answer.status != 503 || std::time::Instant::now() > deadline {
                         return (shopper, quantity, answer);
                     }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let after = answer
+                        .retry_after
+                        .as_deref()
+                        .and_then(|s| s.parse::<f64>().ok())
+                        .unwrap_or(0.1);
+                    let jitter = 0.5 + rand::random::<f64>();
+                    tokio::time::sleep(Duration::from_secs_f64(after * jitter)).await;
                 }
             })
         })
