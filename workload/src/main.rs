@@ -237,7 +237,7 @@ struct ApiArgs {
     #[arg(long, env = "FLASHSALE_REQUEST_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     request_timeout: Duration,
     /// Requests in flight at most; more are answered 503 BUSY at once.
-    #[arg(long, env = "FLASHSALE_MAX_IN_FLIGHT", default_value_t = 1024)]
+    #[arg(long, env = "FLASHSALE_MAX_IN_FLIGHT", default_value_t = 256)]
     max_in_flight: usize,
     /// Time in-flight requests get to finish after SIGTERM.
     #[arg(long, env = "FLASHSALE_SHUTDOWN_GRACE", default_value = "20s", value_parser = humantime::parse_duration)]

@@ -13,6 +13,7 @@ use common::{
     store, storm,
 };
 use flashsale_testkit as stack;
+use flashsale_workload::api::transport::TransportLimits;
 use flashsale_workload::domain::sale::SaleConfig;
 use flashsale_workload::redis::RedisTarget;
 use flashsale_workload::redis::store::SaleStore;
@@ -239,7 +240,26 @@ async fn every_refusal_code_comes_from_a_real_request() {
 /// 5,000 concurrent purchases by 2,000 shoppers for 300 units over 8 shards,
 /// limit 2, quantities 1-2.
 async fn storm_accepts_exactly_the_stock(target: RedisTarget) {
-    let (api, config, store) = live_sale(target, 300, 8, 2).await;
+    // 5,000 purchases at once, all in flight: this test is about exact stock
+    // under concurrency; shedding past the in-flight cap has its own test
+    // (tests/transport.rs).
+    let db = fresh_database().await;
+    let namespace = stack::unique_name("ns");
+    let config = create_sale(&db, &SaleSpec::live(&namespace, 300, 8, 2)).await;
+    let store = store(&target).await;
+    store
+        .warm(&config, 0, false, &config.id.to_string())
+        .await
+        .unwrap();
+    let api = TestApi::start(ApiOptions {
+        transport: TransportLimits {
+            max_in_flight: 100_000,
+            ..TransportLimits::default()
+        },
+        ..ApiOptions::new(&namespace, target, &db)
+    })
+    .await;
+    api.wait_for_sale(&config.sale).await;
     let api = Arc::new(api);
     let StormResult { accepted, refusals } = storm(&api, &config.sale, 5000, 2000).await;
     let units: i64 = accepted.values().map(|(_, q)| q).sum();

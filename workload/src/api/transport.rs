@@ -50,7 +50,7 @@ impl Default for TransportLimits {
             header_timeout: Duration::from_secs(5),
             body_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
-            max_in_flight: 1024,
+            max_in_flight: 256,
             shutdown_grace: Duration::from_secs(20),
         }
     }
