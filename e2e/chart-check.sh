@@ -139,10 +139,10 @@ expect() {
 kinds() { grep '^kind:' "$TMP/$1.yaml" | sort | uniq -c | awk '{ printf "%s%s=%s", sep, $3, $1; sep = " " }'; }
 # no_inline_url NAME: no pod spec of a rendering carries a database URL.
 no_inline_url() { ! grep -Eq 'value: "?postgres(ql)?://' "$TMP/$1.yaml"; }
-expect "defaults: a ClusterRole and binding, the leader-election Role, 2 Deployments, 2 PDBs, 2 Services" \
-  test "$(kinds defaults)" = "ClusterRole=1 ClusterRoleBinding=1 CustomResourceDefinition=1 Deployment=2 PodDisruptionBudget=2 Role=1 RoleBinding=1 Secret=2 Service=2 ServiceAccount=2"
+expect "defaults: a ClusterRole and binding, the leader-election Role, 2 Deployments, 2 PDBs, 3 Services (operator metrics, API, API internal)" \
+  test "$(kinds defaults)" = "ClusterRole=1 ClusterRoleBinding=1 CustomResourceDefinition=1 Deployment=2 PodDisruptionBudget=2 Role=1 RoleBinding=1 Secret=2 Service=3 ServiceAccount=2"
 expect "watchNamespace: Roles only, no ClusterRole" \
-  test "$(kinds local-one-namespace)" = "CustomResourceDefinition=1 Deployment=2 PodDisruptionBudget=2 Role=2 RoleBinding=2 Secret=2 Service=2 ServiceAccount=2"
+  test "$(kinds local-one-namespace)" = "CustomResourceDefinition=1 Deployment=2 PodDisruptionBudget=2 Role=2 RoleBinding=2 Secret=2 Service=3 ServiceAccount=2"
 expect "crds.enabled=false: no CRD" \
   test "$(grep -c '^kind: CustomResourceDefinition' "$TMP/operator-only.yaml")" = 0
 # same_crd NAME: the rendering's CRD is crds/flashsale.yaml's, kept on uninstall.
