@@ -478,7 +478,13 @@ async fn wait_reconciled(
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
         if let Ok(fs) = sales.get("storm").await {
-            let end = flashsale_operator::context::to_chrono(&fs.spec.window.end);
+            // Status times are whole seconds (Kubernetes' `Time`); the
+            // window's end here has milliseconds. A reconciliation 0.2 s
+            // after an end at .3 reads as the same second, before the end.
+            let end = chrono::SubsecRound::trunc_subsecs(
+                flashsale_operator::context::to_chrono(&fs.spec.window.end),
+                0,
+            );
             let status = fs.status.unwrap_or_default();
             let reconciled = status
                 .last_reconciliation
