@@ -4,16 +4,14 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
 use common::{
-    Answer, ApiOptions, SaleSpec, StormResult, TestApi, create_sale, fresh_database, read_topic,
-    store, storm,
+    Answer, ApiOptions, LiveSale, SaleSpec, StormResult, TestApi, create_sale, fresh_database,
+    read_topic, store, storm,
 };
 use flashsale_testkit as stack;
-use flashsale_workload::api::transport::TransportLimits;
 use flashsale_workload::domain::sale::SaleConfig;
 use flashsale_workload::redis::RedisTarget;
 use flashsale_workload::redis::store::SaleStore;
@@ -243,24 +241,9 @@ async fn storm_accepts_exactly_the_stock(target: RedisTarget) {
     // 5,000 purchases at once, all in flight: this test is about exact stock
     // under concurrency; shedding past the in-flight cap has its own test
     // (tests/transport.rs).
-    let db = fresh_database().await;
-    let namespace = stack::unique_name("ns");
-    let config = create_sale(&db, &SaleSpec::live(&namespace, 300, 8, 2)).await;
-    let store = store(&target).await;
-    store
-        .warm(&config, 0, false, &config.id.to_string())
-        .await
-        .unwrap();
-    let api = TestApi::start(ApiOptions {
-        transport: TransportLimits {
-            max_in_flight: 100_000,
-            ..TransportLimits::default()
-        },
-        ..ApiOptions::new(&namespace, target, &db)
-    })
-    .await;
-    api.wait_for_sale(&config.sale).await;
-    let api = Arc::new(api);
+    let LiveSale {
+        api, config, store, ..
+    } = LiveSale::start_with(target, 300, 8, 2, |o| o.transport.max_in_flight = 100_000).await;
     let StormResult { accepted, refusals } = storm(&api, &config.sale, 5000, 2000).await;
     let units: i64 = accepted.values().map(|(_, q)| q).sum();
     assert_eq!(
