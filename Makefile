@@ -21,6 +21,7 @@ test: ## install and start everything the tests need, then lint and pass them al
 	@$(MAKE) --no-print-directory -j2 stack build-tests
 	@$(MAKE) --no-print-directory test-images check-crds
 	@$(ENV) e2e/chart-check.sh
+	@$(ENV) e2e/alerts.sh
 	@$(ENV) e2e/chart-upgrade.sh
 	@$(ENV) e2e/newcomer.sh
 	cargo fmt --all -- --check

@@ -167,18 +167,33 @@ expect "no connection string or key in a pod spec (all from Secrets)" \
 expect "the API pods mount no ServiceAccount token" \
   grep -q 'automountServiceAccountToken: false' "$TMP/defaults.yaml"
 
-# ServiceMonitors: rendered only when enabled; sent to the apiserver only
-# where the Prometheus Operator's CRD exists.
+# ServiceMonitors and the consumers' PodMonitor: rendered only when enabled;
+# sent to the apiserver only where the Prometheus Operator's CRDs exist.
 if render service-monitor --set serviceMonitor.enabled=true 2>"$TMP/sm.err" &&
   [ "$(grep -c '^kind: ServiceMonitor' "$TMP/service-monitor.yaml")" = 2 ] &&
-  [ "$(grep -c '^kind: ServiceMonitor' "$TMP/defaults.yaml")" = 0 ]; then
-  pass "serviceMonitor.enabled renders 2 ServiceMonitors (none by default)"
-  if "$KUBECTL" get crd servicemonitors.monitoring.coreos.com >/dev/null 2>&1; then
+  [ "$(grep -c '^kind: PodMonitor' "$TMP/service-monitor.yaml")" = 1 ] &&
+  [ "$(grep -Ec '^kind: (ServiceMonitor|PodMonitor)' "$TMP/defaults.yaml")" = 0 ]; then
+  pass "serviceMonitor.enabled renders 2 ServiceMonitors and a PodMonitor (none by default)"
+  if "$KUBECTL" get crd servicemonitors.monitoring.coreos.com podmonitors.monitoring.coreos.com >/dev/null 2>&1; then
     dry_run service-monitor --set serviceMonitor.enabled=true
   fi
 else
   cat "$TMP/sm.err"
-  fail "serviceMonitor.enabled renders 2 ServiceMonitors (none by default)"
+  fail "serviceMonitor.enabled renders 2 ServiceMonitors and a PodMonitor (none by default)"
+fi
+# The dashboard's ConfigMap goes to the apiserver; the PrometheusRule only
+# where its CRD exists (e2e/alerts.sh checks the rules themselves).
+if helm lint --strict "$CHART" --set serviceMonitor.enabled=true --set prometheusRule.enabled=true \
+  --set dashboard.enabled=true >"$TMP/lint" 2>&1; then
+  pass "helm lint --strict (monitoring: ServiceMonitors, PodMonitor, PrometheusRule, dashboard)"
+else
+  cat "$TMP/lint"
+  fail "helm lint --strict (monitoring: ServiceMonitors, PodMonitor, PrometheusRule, dashboard)"
+fi
+if "$KUBECTL" get crd prometheusrules.monitoring.coreos.com >/dev/null 2>&1; then
+  dry_run dashboard-and-rules --set dashboard.enabled=true --set prometheusRule.enabled=true
+else
+  dry_run dashboard --set dashboard.enabled=true
 fi
 
 # ---------------------------------------------------- refused values ----

@@ -11,6 +11,7 @@ if owner=$(other_owner); then
 fi
 
 "$STACK_DIR/local.sh" down
+"$STACK_DIR/prometheus.sh" down
 "$STACK_DIR/node.sh" down
 "$STACK_DIR/kube.sh" down
 "$STACK_DIR/kafka.sh" down

@@ -15,6 +15,7 @@ PACKAGES=(
   python3-yaml                    # the chart checks compare rendered YAML
   pkg-config zlib1g-dev           # builds the bundled librdkafka
   maven
+  prometheus                      # promtool (e2e/alerts.sh checks and tests the alert rules) and Prometheus
 )
 
 missing=()

@@ -50,6 +50,7 @@ SCHEDULER_PORT=10359
 API_PORT=18080
 API_INTERNAL_PORT=18090
 OPERATOR_PORT=18081
+PROMETHEUS_PORT=19190
 
 # The test cluster's own addresses: pods, services, and the bridge gateway
 # through which pods reach the host's services. Routed locally, never out.

@@ -16,4 +16,5 @@ echo "== services"
 "$STACK_DIR/kafka.sh" status
 "$STACK_DIR/kube.sh" status
 "$STACK_DIR/node.sh" status
+"$STACK_DIR/prometheus.sh" status
 "$STACK_DIR/local.sh" status

@@ -22,5 +22,7 @@ export FLASHSALE_LOGS='$LOG_DIR'
 export FLASHSALE_API_URL='http://127.0.0.1:$API_PORT'
 export FLASHSALE_API_METRICS_URL='http://127.0.0.1:$API_INTERNAL_PORT/metrics'
 export FLASHSALE_NAMESPACE='default'
+# Prometheus: the chart's alert rules over everything above (prometheus.sh).
+export PROMETHEUS_URL='http://127.0.0.1:$PROMETHEUS_PORT'
 ENV
 mv "$ENV_FILE.tmp" "$ENV_FILE"

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use flashsale_workload::bus::admin::AdminError;
 use flashsale_workload::bus::topics;
 use flashsale_workload::domain::sale::SaleMeta;
+use flashsale_workload::metrics::SaleLabels;
 use flashsale_workload::orders::sales;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -28,6 +29,7 @@ use crate::context::{Context, FINALIZER, InvalidSpec, MANAGER, sale_config, to_t
 use crate::crd::{
     ConsumersStatus, FlashSale, FlashSaleStatus, ReconciliationSummary, SaleState, StockStatus,
 };
+use crate::metrics::SaleReading;
 use crate::observe::{Observation, ObserveError, observe};
 use crate::plan::{Action, JobKind, Plan, Refused, Timeline, Wanted, plan};
 use crate::resources::consumers_name;
@@ -222,8 +224,6 @@ async fn reconcile_sale(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeue
         ctx.forget_lag_reader(&obs.config.id.to_string());
     }
     write_status(&ctx, &fs, &obs, &scaling, &decided, &applied).await?;
-    ctx.metrics
-        .set_state(&obs.config.sale.to_string(), decided.state);
     Ok(Requeue::requeue(decided.wake_in))
 }
 
@@ -246,6 +246,40 @@ fn stock_status(obs: &Observation) -> StockStatus {
         remaining,
         sold: reserved + persisted,
     }
+}
+
+/// The sale's series, from the status just decided (written or not).
+fn record_metrics(
+    ctx: &Context,
+    fs: &FlashSale,
+    obs: &Observation,
+    state: SaleState,
+    status: &FlashSaleStatus,
+    now: DateTime<Utc>,
+) {
+    let sale = SaleLabels::from(&obs.config.sale);
+    let redis = &obs.observed.redis;
+    let consumers = status.consumers.clone().unwrap_or_default();
+    let reading = SaleReading {
+        state,
+        stock: status.stock.clone().unwrap_or_default(),
+        shard_remaining: if redis.metas.iter().any(Option::is_some) {
+            redis.stocks.clone()
+        } else {
+            Vec::new()
+        },
+        lag: obs.observed.lag,
+        max_lag: fs.spec.consumers.effective_max_lag(),
+        desired_replicas: consumers.desired_replicas,
+        ready_replicas: consumers.replicas,
+        backpressure: consumers.busy,
+        drift_found: obs.last_run.as_ref().map(|r| r.drift_found),
+        reconciled_at: obs.last_run.as_ref().map(|r| r.finished_at),
+        timeline: timeline(fs),
+        now,
+    };
+    ctx.metrics.record_sale(&sale, &reading);
+    ctx.metrics.record_conditions(&sale, &status.conditions);
 }
 
 async fn write_status(
@@ -368,6 +402,7 @@ async fn write_status(
             now,
         ),
     };
+    record_metrics(ctx, fs, obs, decided.state, &status, now);
     let transition = (previous.state != status.state).then(|| {
         let from = previous
             .state
@@ -559,7 +594,7 @@ async fn cleanup_deleted(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeu
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(fs.metadata.uid.as_deref().unwrap_or_default());
-    ctx.metrics.forget(&sale.to_string());
+    ctx.metrics.forget(&SaleLabels::from(sale));
     publish(
         &ctx,
         &fs,
@@ -608,7 +643,7 @@ pub async fn reconcile(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeue,
             ctx.metrics
                 .errors
                 .get_or_create(&crate::metrics::ErrorLabels {
-                    category: e.category().into(),
+                    step: e.category().into(),
                 })
                 .inc();
             tracing::warn!(sale = %format!("{namespace}/{}", fs.name_any()), category = e.category(), error = %e, "reconcile failed");

@@ -125,6 +125,7 @@ async fn serve_http(
 ) {
     use axum::http::StatusCode;
     use axum::routing::get;
+    let scraped = leading.clone();
     let app = axum::Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route(
@@ -141,6 +142,9 @@ async fn serve_http(
             "/metrics",
             get(move || {
                 let metrics = metrics.clone();
+                metrics
+                    .leader
+                    .set(i64::from(scraped.load(Ordering::Relaxed)));
                 async move { metrics.encode() }
             }),
         );

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use chrono::Utc;
+use flashsale_workload::metrics::SaleLabels;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
@@ -65,6 +66,13 @@ pub async fn report(ctx: &Context, fs: &FlashSale, reason: &'static str, message
         fs.metadata.generation,
         Utc::now(),
     );
+    if let Some(namespace) = fs.namespace() {
+        let sale = SaleLabels {
+            namespace,
+            sale: fs.name_any(),
+        };
+        ctx.metrics.record_conditions(&sale, &conditions);
+    }
     if conditions == previous {
         return;
     }

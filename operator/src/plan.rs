@@ -497,6 +497,22 @@ pub fn periodic_index(timeline: &Timeline, now: DateTime<Utc>) -> u64 {
     if since < 0 { 0 } else { (since / every) as u64 }
 }
 
+/// The timeline's next instant after `now` and what happens then: warm-up,
+/// open, close or cleanup; `None` once the cleanup time has passed.
+pub fn next_transition(
+    timeline: &Timeline,
+    now: DateTime<Utc>,
+) -> Option<(&'static str, DateTime<Utc>)> {
+    [
+        ("warm-up", timeline.warm_at),
+        ("open", timeline.start),
+        ("close", timeline.end),
+        ("cleanup", timeline.cleanup_at),
+    ]
+    .into_iter()
+    .find(|(_, at)| *at > now)
+}
+
 fn periodic_due(timeline: &Timeline, index: u64) -> DateTime<Utc> {
     let every = timeline.reconcile_every.as_millis() as i64;
     timeline.start + chrono::Duration::milliseconds(every.saturating_mul(index as i64))
@@ -523,6 +539,24 @@ mod tests {
             cleanup_at: t(CLEANUP_AT),
             reconcile_every: Duration::from_secs(200),
             poll_every: Duration::from_secs(2),
+        }
+    }
+
+    #[test]
+    fn the_next_transition_is_the_first_instant_ahead() {
+        for (now, next) in [
+            (0, Some(("warm-up", WARM_AT))),
+            (WARM_AT, Some(("open", START))),
+            (START - 1, Some(("open", START))),
+            (START, Some(("close", END))),
+            (END, Some(("cleanup", CLEANUP_AT))),
+            (CLEANUP_AT, None),
+        ] {
+            assert_eq!(
+                next_transition(&timeline(), t(now)),
+                next.map(|(what, at)| (what, t(at))),
+                "at {now}"
+            );
         }
     }
 

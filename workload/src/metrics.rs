@@ -7,6 +7,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::domain::sale::SaleRef;
+
 /// Labels of an HTTP request.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -28,15 +30,31 @@ pub struct RouteLabels {
 /// Labels of a purchase outcome.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
+    /// The sale, both labels empty when the request named no known sale
+    /// (names shoppers make up must not become series).
+    #[prometheus(flatten)]
+    pub sale: SaleLabels,
     /// ACCEPTED, REPLAY or the refusal code.
     pub outcome: String,
 }
 
-/// Labels of a per-sale measurement.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// Labels of a per-sale measurement: the FlashSale's namespace and name, as
+/// the operator's metrics label it, so the two join.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SaleLabels {
-    /// `namespace/name`.
+    /// The FlashSale's namespace.
+    pub namespace: String,
+    /// The FlashSale's name.
     pub sale: String,
+}
+
+impl From<&SaleRef> for SaleLabels {
+    fn from(sale: &SaleRef) -> Self {
+        Self {
+            namespace: sale.namespace.clone(),
+            sale: sale.name.clone(),
+        }
+    }
 }
 
 fn latency_histogram() -> Histogram {
@@ -67,6 +85,8 @@ pub struct Metrics {
     pub orders_persisted: Family<SaleLabels, Counter>,
     /// Messages sent to the dead-letter topic.
     pub dead_lettered: Family<SaleLabels, Counter>,
+    /// Orders recorded FAILED (their units released).
+    pub orders_failed: Family<SaleLabels, Counter>,
     /// Consumer-group lag as the consumer last saw it.
     pub lag: Family<SaleLabels, Gauge>,
 }
@@ -117,6 +137,12 @@ impl Default for Metrics {
             "Orders sent to the dead-letter topic",
             dead_lettered.clone(),
         );
+        let orders_failed = Family::default();
+        registry.register(
+            "orders_failed",
+            "Orders recorded FAILED, their units released",
+            orders_failed.clone(),
+        );
         let lag = Family::default();
         registry.register("consumer_lag", "Consumer-group lag", lag.clone());
         Self {
@@ -129,6 +155,7 @@ impl Default for Metrics {
             persist_seconds,
             orders_persisted,
             dead_lettered,
+            orders_failed,
             lag,
         }
     }
@@ -143,10 +170,11 @@ impl Metrics {
         out
     }
 
-    /// Counts a purchase outcome.
-    pub fn purchase(&self, outcome: &str) {
+    /// Counts a purchase outcome of `sale` (`None`: no known sale).
+    pub fn purchase(&self, sale: Option<&SaleRef>, outcome: &str) {
         self.purchases
             .get_or_create(&OutcomeLabels {
+                sale: sale.map(SaleLabels::from).unwrap_or_default(),
                 outcome: outcome.to_string(),
             })
             .inc();
@@ -198,11 +226,21 @@ mod tests {
     #[test]
     fn encodes_registered_metrics() {
         let m = Metrics::default();
-        m.purchase("ACCEPTED");
+        let sale = SaleRef::new("shop", "drop").unwrap();
+        m.purchase(Some(&sale), "ACCEPTED");
+        m.purchase(None, "UNAUTHORIZED");
         m.produce_seconds.observe(0.002);
         let text = m.encode();
         assert!(
-            text.contains("flashsale_purchases_total{outcome=\"ACCEPTED\"} 1"),
+            text.contains(
+                "flashsale_purchases_total{namespace=\"shop\",sale=\"drop\",outcome=\"ACCEPTED\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "flashsale_purchases_total{namespace=\"\",sale=\"\",outcome=\"UNAUTHORIZED\"} 1"
+            ),
             "{text}"
         );
         assert!(

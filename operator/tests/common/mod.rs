@@ -129,6 +129,15 @@ pub fn bin(name: &str) -> PathBuf {
 /// into the node by `make test`).
 pub const TEST_IMAGE: &str = "docker.io/flashsale/flashsale:dev";
 
+/// A loopback port free now (for a process to listen on).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// A database URL as pods on the node reach it (the bridge gateway).
 pub fn pod_url(url: &str) -> String {
     url.replace("127.0.0.1", "198.18.0.1")
@@ -185,6 +194,7 @@ impl Operator {
             TEST_IMAGE,
             &stack::redis_url(),
             kubeconfig,
+            "127.0.0.1:0",
         )
     }
 
@@ -199,12 +209,33 @@ impl Operator {
             TEST_IMAGE,
             &stack::redis_url(),
             &stack::kubeconfig(),
+            "127.0.0.1:0",
         )
     }
 
     /// Whether the process has exited.
     pub fn exited(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    /// Starts an operator serving /metrics on `listen`.
+    pub fn start_serving(
+        namespace: &str,
+        database_url: &str,
+        identity: &str,
+        listen: &str,
+    ) -> Self {
+        Self::spawn_with(
+            namespace,
+            namespace,
+            database_url,
+            "flashsale-operator",
+            identity,
+            TEST_IMAGE,
+            &stack::redis_url(),
+            &stack::kubeconfig(),
+            listen,
+        )
     }
 
     /// Starts an operator whose sales live in the Redis at `redis` (a
@@ -237,6 +268,7 @@ impl Operator {
             image,
             redis,
             &stack::kubeconfig(),
+            "127.0.0.1:0",
         )
     }
 
@@ -250,15 +282,10 @@ impl Operator {
         image: &str,
         redis: &str,
         kubeconfig: &std::path::Path,
+        listen: &str,
     ) -> Self {
         let child = Command::new(env!("CARGO_BIN_EXE_flashsale-operator"))
-            .args([
-                "--watch-namespace",
-                watch,
-                "--migrate",
-                "--listen",
-                "127.0.0.1:0",
-            ])
+            .args(["--watch-namespace", watch, "--migrate", "--listen", listen])
             .args([
                 "--lease-name",
                 lease,
@@ -368,6 +395,8 @@ pub struct ApiProcess {
     child: Child,
     /// Its base URL.
     pub url: String,
+    /// Its internal port's address (/metrics, /readyz).
+    pub internal: String,
 }
 
 impl ApiProcess {
@@ -378,11 +407,7 @@ impl ApiProcess {
 
     /// The same, for sales in the Redis at `redis`.
     pub async fn start_on(namespace: &str, database_url: &str, redis: &str) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let (port, internal) = (free_port(), format!("127.0.0.1:{}", free_port()));
         let child = Command::new(bin("flashsale"))
             .args([
                 "api",
@@ -392,7 +417,7 @@ impl ApiProcess {
                 "--listen",
                 &format!("127.0.0.1:{port}"),
                 "--internal-listen",
-                "127.0.0.1:0",
+                &internal,
             ])
             .env("FLASHSALE_REDIS", redis)
             .env("DATABASE_URL", database_url)
@@ -410,7 +435,11 @@ impl ApiProcess {
                 .map(|_| ())
         })
         .await;
-        Self { child, url }
+        Self {
+            child,
+            url,
+            internal,
+        }
     }
 
     /// Buys one unit as `shopper`: (status, code or order id).

@@ -163,6 +163,8 @@ pub async fn purchase(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    // The sale, once the name is known to be one: only then a metric label.
+    let mut known = None;
     let outcome = async {
         state.limits.check_client(ip)?;
         let shopper = state.auth.shopper(&headers)?;
@@ -173,6 +175,7 @@ pub async fn purchase(
             .catalog
             .get(&name)
             .ok_or_else(|| ApiError::not_found(format!("no sale named {name:?}")))?;
+        known = Some(view.config.sale.clone());
         // Its own task: a shopper who hangs up must not stop a purchase
         // half-way (units taken from a donor shard, or reserved, and left so).
         let (intake, catalog) = (state.intake.clone(), state.catalog.clone());
@@ -191,11 +194,14 @@ pub async fn purchase(
     .await;
     match outcome {
         Ok(accepted) => {
-            state.metrics.purchase(if accepted.replay {
-                "REPLAY"
-            } else {
-                "ACCEPTED"
-            });
+            state.metrics.purchase(
+                known.as_ref(),
+                if accepted.replay {
+                    "REPLAY"
+                } else {
+                    "ACCEPTED"
+                },
+            );
             let location = format!("/v1/orders/{}", accepted.order_id);
             let mut response = (
                 StatusCode::ACCEPTED,
@@ -211,7 +217,7 @@ pub async fn purchase(
             Ok(response)
         }
         Err(e) => {
-            state.metrics.purchase(e.code());
+            state.metrics.purchase(known.as_ref(), e.code());
             Err(e)
         }
     }

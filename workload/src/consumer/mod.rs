@@ -148,9 +148,7 @@ impl SaleConsumer {
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .create()?;
-        let labels = SaleLabels {
-            sale: config.sale.to_string(),
-        };
+        let labels = SaleLabels::from(&config.sale);
         Ok(Self {
             config,
             bootstrap: bootstrap.to_string(),
@@ -511,7 +509,7 @@ impl SaleConsumer {
 
     /// Records the order as FAILED and gives its units back to Redis.
     async fn fail(&self, order: &NewOrder, reason: &str) -> Result<(), BatchError> {
-        fail_order(
+        if fail_order(
             &self.db,
             &self.store,
             self.config.id,
@@ -519,7 +517,10 @@ impl SaleConsumer {
             order,
             reason,
         )
-        .await?;
+        .await?
+        {
+            self.metrics.orders_failed.get_or_create(&self.labels).inc();
+        }
         Ok(())
     }
 
