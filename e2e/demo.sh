@@ -8,6 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${KUBECONFIG:?source .run/env first (make demo does)}"
+# `kubectl flashsale` (the plugin) from the release build.
+export PATH="$PWD/target/release:$PATH"
 
 NS=flashsale-demo
 SALE=iphone-drop
@@ -52,8 +54,12 @@ fi
 step "4/8 The merchant applies the sale: start in 60 s, warm-up 20 s before"
 start=$(date -u -d '+60 seconds' +%Y-%m-%dT%H:%M:%SZ)
 end=$(date -u -d '+150 seconds' +%Y-%m-%dT%H:%M:%SZ)
-sed -e "s/start: \".*\"/start: \"$start\"/" -e "s/end: \".*\"/end: \"$end\"/" examples/flashsale.yaml |
-  kubectl apply -n "$NS" -f -
+manifest=$(mktemp)
+sed -e "s/start: \".*\"/start: \"$start\"/" -e "s/end: \".*\"/end: \"$end\"/" examples/flashsale.yaml >"$manifest"
+say "kubectl flashsale plan: what the manifest will do, and when, before it is applied"
+kubectl flashsale plan -n "$NS" -f "$manifest" | sed 's/^/    /'
+kubectl apply -n "$NS" -f "$manifest"
+rm -f "$manifest"
 say "kubectl get fs -w (every change, as the SRE sees it):"
 kubectl get fs -n "$NS" -w --output-watch-events 2>/dev/null | sed 's/^/    | /' &
 WATCH_PID=$!
@@ -79,12 +85,14 @@ FLASHSALE_REDIS=$REDIS_URL target/release/flashsale load --url "http://$api" --s
   --pay 0.5 --cancel 0.05 --check --json "$RESULTS/load.json"
 rm -f "$jwt"
 kubectl get pods -n "$NS" -o wide | sed 's/^/    /'
+say "kubectl flashsale status, mid-sale:"
+kubectl flashsale status -n "$NS" "$SALE" | sed 's/^/    /'
 
 step "6/8 The kill switch: paused, then resumed"
-kubectl patch fs "$SALE" -n "$NS" --type=merge -p '{"spec":{"paused":true}}' >/dev/null
+kubectl flashsale pause -n "$NS" "$SALE" | sed 's/^/    /'
 sleep 2
 kubectl get fs "$SALE" -n "$NS" -o jsonpath='    Paused condition: {.status.conditions[?(@.type=="Paused")].status} ({.status.conditions[?(@.type=="Paused")].reason}){"\n"}'
-kubectl patch fs "$SALE" -n "$NS" --type=merge -p '{"spec":{"paused":false}}' >/dev/null
+kubectl flashsale resume -n "$NS" "$SALE" | sed 's/^/    /'
 
 step "7/8 The end: final reconciliation, cleanup, completed"
 wait_state Ended 150
@@ -125,6 +133,8 @@ psql "$DATABASE_URL" -Atc "select '    persisted orders by status: ' || string_a
   where s.namespace = '$NS' and s.name = '$SALE' and s.id = (
     select id from sales where namespace = '$NS' and name = '$SALE' order by created_at desc limit 1)
   group by o.status order by o.status) t"
+say "kubectl flashsale report: the merchant's summary, I1-I6 as the operator judges them"
+kubectl flashsale report -n "$NS" "$SALE" | sed 's/^/    /'
 kubectl get fs -n "$NS"
 kubectl get fs "$SALE" -n "$NS" -o jsonpath='{range .status.conditions[*]}    {.type}={.status} ({.reason}){"\n"}{end}'
 say "events:"

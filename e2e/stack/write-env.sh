@@ -9,7 +9,8 @@ cluster_csv=$(IFS=,; echo "${cluster_urls[*]}")
 
 cat >"$ENV_FILE.tmp" <<ENV
 # Written by e2e/stack/write-env.sh: source it (. $ENV_FILE).
-export PATH="$K8S_BIN:$ETCD_BIN:$HELM_BIN:\$PATH"
+# kubectl, etcd, helm, and the debug build (the `kubectl flashsale` plugin).
+export PATH="$K8S_BIN:$ETCD_BIN:$HELM_BIN:$REPO_DIR/target/debug:\$PATH"
 export KUBECONFIG='$RUN_DIR/kubeconfig'
 export REDIS_URL='redis://127.0.0.1:$REDIS_PORT'
 export REDIS_CLUSTER_URLS='$cluster_csv'

@@ -9,7 +9,7 @@ use flashsale_workload::bus::admin::AdminError;
 use flashsale_workload::bus::topics;
 use flashsale_workload::domain::sale::SaleMeta;
 use flashsale_workload::metrics::SaleLabels;
-use flashsale_workload::orders::sales;
+use flashsale_workload::orders::{order as orders, sales};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
@@ -27,11 +27,12 @@ use crate::apply::{Applied, ApplyError, apply};
 use crate::conditions::{Facts, conditions, verdicts};
 use crate::context::{Context, FINALIZER, InvalidSpec, MANAGER, sale_config, to_time};
 use crate::crd::{
-    ConsumersStatus, FlashSale, FlashSaleStatus, ReconciliationSummary, SaleState, StockStatus,
+    ConsumersStatus, FlashSale, FlashSaleStatus, MinuteSales, ReconciliationSummary, SaleState,
+    SaleSummary, StockStatus,
 };
 use crate::metrics::SaleReading;
 use crate::observe::{Observation, ObserveError, observe};
-use crate::plan::{Action, JobKind, Plan, Refused, Timeline, Wanted, plan};
+use crate::plan::{Action, JobKind, Plan, Refused, Wanted, plan};
 use crate::resources::consumers_name;
 use crate::scaling::{ScalingDecision, ScalingMemory, ScalingSpec, desired_replicas, next_check};
 
@@ -78,21 +79,6 @@ impl Error {
             Self::Finalizer(_) => "finalizer",
             Self::Waiting(_) => "waiting",
         }
-    }
-}
-
-fn timeline(fs: &FlashSale) -> Timeline {
-    let spec = &fs.spec;
-    let start = crate::context::to_chrono(&spec.window.start);
-    let end = crate::context::to_chrono(&spec.window.end);
-    let chrono = |d: kube::core::Duration| chrono::Duration::from_std(d.into()).unwrap_or_default();
-    Timeline {
-        warm_at: start - chrono(spec.warmup.lead_time),
-        start,
-        end,
-        cleanup_at: end + chrono(spec.cleanup.after),
-        reconcile_every: spec.reconcile.interval.into(),
-        poll_every: spec.consumers.poll_interval.into(),
     }
 }
 
@@ -147,7 +133,7 @@ async fn decide(
         replicas: scaling.replicas,
         scaling_check: next_check(&spec, &scaling.memory),
     };
-    let decided = plan(&timeline(fs), &wanted, &obs.observed);
+    let decided = plan(&fs.spec.timeline(), &wanted, &obs.observed);
     Ok((obs, scaling, decided))
 }
 
@@ -245,6 +231,46 @@ fn stock_status(obs: &Observation) -> StockStatus {
         persisted,
         remaining,
         sold: reserved + persisted,
+        shards: if loaded {
+            obs.observed.redis.stocks.clone()
+        } else {
+            Vec::new()
+        },
+    }
+}
+
+/// The merchant's summary, once the window is over (the last one known
+/// while PostgreSQL does not answer).
+async fn summary(
+    ctx: &Context,
+    fs: &FlashSale,
+    obs: &Observation,
+    previous: &FlashSaleStatus,
+) -> Option<SaleSummary> {
+    if obs.observed.now < fs.spec.timeline().end {
+        return None;
+    }
+    match orders::summary(&ctx.db, obs.config.id).await {
+        Ok(s) => Some(SaleSummary {
+            orders: s.orders,
+            sold: s.paid + s.unpaid,
+            paid: s.paid,
+            unpaid: s.unpaid,
+            cancelled: s.cancelled,
+            timed_out: s.timed_out,
+            failed: s.failed,
+            most_by_one_shopper: s.most_by_one_shopper,
+            per_minute: (s.per_minute.into_iter())
+                .map(|(minute, units)| MinuteSales {
+                    minute: to_time(minute),
+                    units,
+                })
+                .collect(),
+        }),
+        Err(e) => {
+            tracing::warn!(sale = %obs.config.sale, error = %e, "orders summary unreadable");
+            previous.summary.clone()
+        }
     }
 }
 
@@ -258,16 +284,10 @@ fn record_metrics(
     now: DateTime<Utc>,
 ) {
     let sale = SaleLabels::from(&obs.config.sale);
-    let redis = &obs.observed.redis;
     let consumers = status.consumers.clone().unwrap_or_default();
     let reading = SaleReading {
         state,
         stock: status.stock.clone().unwrap_or_default(),
-        shard_remaining: if redis.metas.iter().any(Option::is_some) {
-            redis.stocks.clone()
-        } else {
-            Vec::new()
-        },
         lag: obs.observed.lag,
         max_lag: fs.spec.consumers.effective_max_lag(),
         desired_replicas: consumers.desired_replicas,
@@ -275,7 +295,7 @@ fn record_metrics(
         backpressure: consumers.busy,
         drift_found: obs.last_run.as_ref().map(|r| r.drift_found),
         reconciled_at: obs.last_run.as_ref().map(|r| r.finished_at),
-        timeline: timeline(fs),
+        timeline: fs.spec.timeline(),
         now,
     };
     ctx.metrics.record_sale(&sale, &reading);
@@ -390,6 +410,7 @@ async fn write_status(
             })
             .chain(previous.periodic_reconciliations)
             .max(),
+        summary: summary(ctx, fs, obs, &previous).await,
         last_reconciliation: obs.last_run.as_ref().map(|r| ReconciliationSummary {
             time: to_time(r.finished_at),
             drift_found: r.drift_found,

@@ -305,6 +305,24 @@ pub enum SaleState {
     Failed,
 }
 
+impl FlashSaleSpec {
+    /// The sale's instants: warm-up, start, end, cleanup, and how often it
+    /// is reconciled and its lag read.
+    pub fn timeline(&self) -> crate::plan::Timeline {
+        let start = crate::context::to_chrono(&self.window.start);
+        let end = crate::context::to_chrono(&self.window.end);
+        let chrono = |d: Duration| chrono::Duration::from_std(d.into()).unwrap_or_default();
+        crate::plan::Timeline {
+            warm_at: start - chrono(self.warmup.lead_time),
+            start,
+            end,
+            cleanup_at: end + chrono(self.cleanup.after),
+            reconcile_every: self.reconcile.interval.into(),
+            poll_every: self.consumers.poll_interval.into(),
+        }
+    }
+}
+
 /// What the operator reports.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -328,6 +346,9 @@ pub struct FlashSaleStatus {
     /// removed an hour after it finishes; this is not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub periodic_reconciliations: Option<u64>,
+    /// The merchant's summary of the orders, once the window is over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<SaleSummary>,
     /// Conditions: Ready, Warmed, Live, Paused, SoldOut, ConsumersReady,
     /// Reconciled, CleanedUp, Degraded.
     #[serde(default)]
@@ -349,6 +370,9 @@ pub struct StockStatus {
     pub remaining: i64,
     /// reserved + persisted.
     pub sold: i64,
+    /// Units left in each Redis shard, while the sale is loaded there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<i64>,
 }
 
 /// The consumer Deployment's scale.
@@ -371,6 +395,41 @@ pub struct ConsumersStatus {
     /// Backpressure on: purchases answer BUSY.
     #[serde(default)]
     pub busy: bool,
+}
+
+/// The orders of a sale that is over, in units, as PostgreSQL holds them.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SaleSummary {
+    /// Orders persisted, whatever became of them.
+    pub orders: i64,
+    /// Units in live orders: paid or awaiting payment.
+    pub sold: i64,
+    /// Units paid.
+    pub paid: i64,
+    /// Units still awaiting payment.
+    pub unpaid: i64,
+    /// Units the shoppers cancelled (refunds included), back in stock.
+    pub cancelled: i64,
+    /// Units whose payment timed out, back in stock.
+    pub timed_out: i64,
+    /// Units the pipeline could not persist, back in stock.
+    pub failed: i64,
+    /// The most units one shopper holds (at most the purchase limit: I2).
+    pub most_by_one_shopper: i64,
+    /// Units accepted per minute of the window, for minutes that sold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_minute: Vec<MinuteSales>,
+}
+
+/// Units accepted in one minute.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MinuteSales {
+    /// The minute's first instant.
+    pub minute: Time,
+    /// Units accepted in it.
+    pub units: i64,
 }
 
 /// Summary of the last reconciliation job.

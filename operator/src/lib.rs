@@ -5,6 +5,7 @@
 //! apply (idempotent; server-side apply with one field manager) → status.
 
 pub mod apply;
+pub mod cli;
 pub mod conditions;
 pub mod context;
 pub mod controller;

@@ -155,10 +155,8 @@ where
 pub struct SaleReading {
     /// The state decided.
     pub state: SaleState,
-    /// Units, by where they are.
+    /// Units, by where they are (and per Redis shard while loaded).
     pub stock: StockStatus,
-    /// Units left in each Redis shard (empty when not loaded).
-    pub shard_remaining: Vec<i64>,
     /// The consumer group's lag, when readable.
     pub lag: Option<i64>,
     /// spec.consumers.maxLag as in effect.
@@ -331,7 +329,7 @@ impl Metrics {
         );
         self.shards.replace(
             sale,
-            (reading.shard_remaining.iter().enumerate())
+            (stock.shards.iter().enumerate())
                 .map(|(i, units)| {
                     (
                         ShardDetail {
@@ -457,8 +455,8 @@ mod tests {
                 persisted: 15,
                 remaining: 80,
                 sold: 20,
+                shards,
             },
-            shard_remaining: shards,
             lag,
             max_lag: 10_000,
             desired_replicas: 3,

@@ -470,3 +470,62 @@ pub async fn forget_stock_returns(db: &sqlx::PgPool, order_ids: &[Uuid]) -> sqlx
         .await?;
     Ok(())
 }
+
+/// A sale's orders in units, by what became of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OrdersSummary {
+    /// Orders persisted.
+    pub orders: i64,
+    /// Units paid.
+    pub paid: i64,
+    /// Units awaiting payment.
+    pub unpaid: i64,
+    /// Units cancelled or refunded by the shoppers.
+    pub cancelled: i64,
+    /// Units cancelled by the payment timeout.
+    pub timed_out: i64,
+    /// Units FAILED.
+    pub failed: i64,
+    /// The most units one shopper holds.
+    pub most_by_one_shopper: i64,
+    /// Units accepted per minute (the minute's start), minutes that sold.
+    pub per_minute: Vec<(DateTime<Utc>, i64)>,
+}
+
+/// The summary of `sale_id`'s orders (a few aggregate queries).
+pub async fn summary(db: &sqlx::PgPool, sale_id: Uuid) -> sqlx::Result<OrdersSummary> {
+    let by_status: Vec<(String, bool, i64, i64)> = sqlx::query_as(
+        "SELECT status, coalesce(failure_reason = 'payment timeout', false),
+                count(*), sum(quantity)::bigint
+         FROM orders WHERE sale_id = $1 GROUP BY 1, 2",
+    )
+    .bind(sale_id)
+    .fetch_all(db)
+    .await?;
+    let mut summary = OrdersSummary::default();
+    for (status, timed_out, orders, units) in by_status {
+        summary.orders += orders;
+        let bucket = match (OrderStatus::parse(&status), timed_out) {
+            (Some(OrderStatus::Paid), _) => &mut summary.paid,
+            (Some(OrderStatus::Unpaid), _) => &mut summary.unpaid,
+            (Some(OrderStatus::Cancelled), true) => &mut summary.timed_out,
+            (Some(OrderStatus::Cancelled | OrderStatus::Refunded), _) => &mut summary.cancelled,
+            _ => &mut summary.failed,
+        };
+        *bucket += units;
+    }
+    summary.most_by_one_shopper = sqlx::query_scalar(
+        "SELECT coalesce(max(units), 0)::bigint FROM shopper_units WHERE sale_id = $1",
+    )
+    .bind(sale_id)
+    .fetch_one(db)
+    .await?;
+    summary.per_minute = sqlx::query_as(
+        "SELECT date_trunc('minute', accepted_at), sum(quantity)::bigint
+         FROM orders WHERE sale_id = $1 GROUP BY 1 ORDER BY 1",
+    )
+    .bind(sale_id)
+    .fetch_all(db)
+    .await?;
+    Ok(summary)
+}
