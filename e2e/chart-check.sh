@@ -212,6 +212,7 @@ refused "an unknown key" --set operator.replicas=3
 refused "a Redis URL without scheme" --set redis.url=redis:6379
 refused "a string replica count" --set-string api.replicaCount=two
 refused "no way to know shoppers" --set jwt.hs256.enabled=false
+refused "an HS256 secret under 32 bytes" --set jwt.hs256.secret=too-short
 
 if [ "$failed" -gt 0 ]; then
   printf '\033[1;31mchart-check: %d check(s) failed\033[0m\n' "$failed"

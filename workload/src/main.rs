@@ -253,6 +253,15 @@ struct ApiArgs {
     /// File holding the PEM RSA public key of RS256 shopper tokens.
     #[arg(long, env = "FLASHSALE_JWT_RS256_PUBLIC_KEY_FILE")]
     jwt_rs256_public_key_file: Option<PathBuf>,
+    /// The `iss` every shopper token must carry.
+    #[arg(long, env = "FLASHSALE_JWT_ISSUER")]
+    jwt_issuer: Option<String>,
+    /// An `aud` every shopper token must carry (unset: `aud` is not checked).
+    #[arg(long, env = "FLASHSALE_JWT_AUDIENCE")]
+    jwt_audience: Option<String>,
+    /// The longest a shopper token may still be valid for.
+    #[arg(long, env = "FLASHSALE_JWT_MAX_LIFETIME", default_value = "24h", value_parser = humantime::parse_duration)]
+    jwt_max_lifetime: Duration,
     /// Accept `X-User-Id` as the shopper id without a token. Development only.
     #[arg(long, env = "FLASHSALE_DEV_IDENTITY")]
     dev_identity: bool,
@@ -306,6 +315,9 @@ impl ApiArgs {
                     .as_ref()
                     .map(read)
                     .transpose()?,
+                issuer: self.jwt_issuer,
+                audience: self.jwt_audience,
+                max_lifetime: self.jwt_max_lifetime,
                 dev_identity: self.dev_identity,
             },
             limits: LimitConfig {

@@ -8,26 +8,53 @@ use serde::Deserialize;
 use super::error::ApiError;
 
 /// How shoppers prove who they are.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct AuthConfig {
-    /// Shared secret for HS256 tokens.
+    /// Shared secret for HS256 tokens (at least [`MIN_HS256_SECRET`] bytes).
     pub hs256_secret: Option<Vec<u8>>,
     /// PEM public key for RS256 tokens.
     pub rs256_public_pem: Option<Vec<u8>>,
+    /// The `iss` every token must carry, if set.
+    pub issuer: Option<String>,
+    /// An `aud` every token must carry, if set (else `aud` is not checked:
+    /// tokens of identity providers that always set it are accepted).
+    pub audience: Option<String>,
+    /// The longest a token may still be valid for (`exp` − now): a token
+    /// minted to live for months is refused.
+    pub max_lifetime: std::time::Duration,
     /// Accept `X-User-Id` without a token (development only).
     pub dev_identity: bool,
 }
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            hs256_secret: None,
+            rs256_public_pem: None,
+            issuer: None,
+            audience: None,
+            max_lifetime: std::time::Duration::from_secs(24 * 3600),
+            dev_identity: false,
+        }
+    }
+}
+
+/// The shortest HS256 secret accepted (RFC 7518 §3.2: a key of at least
+/// the hash's size, 256 bits).
+pub const MIN_HS256_SECRET: usize = 32;
 
 /// The identity check, built once.
 pub struct Auth {
     hs256: Option<(DecodingKey, Validation)>,
     rs256: Option<(DecodingKey, Validation)>,
+    max_lifetime: i64,
     dev_identity: bool,
 }
 
 #[derive(Deserialize)]
 struct Claims {
     sub: String,
+    exp: i64,
 }
 
 /// The longest shopper id we store.
@@ -36,9 +63,22 @@ pub const MAX_SHOPPER_LEN: usize = 128;
 /// The development identity header.
 pub const DEV_IDENTITY_HEADER: &str = "x-user-id";
 
-fn validation(algorithm: Algorithm) -> Validation {
+fn validation(algorithm: Algorithm, config: &AuthConfig) -> Validation {
     let mut v = Validation::new(algorithm);
-    v.set_required_spec_claims(&["exp", "sub"]);
+    let mut required = vec!["exp", "sub"];
+    if let Some(issuer) = &config.issuer {
+        v.set_issuer(&[issuer]);
+        required.push("iss");
+    }
+    match &config.audience {
+        Some(audience) => {
+            v.set_audience(&[audience]);
+            required.push("aud");
+        }
+        None => v.validate_aud = false,
+    }
+    v.set_required_spec_claims(&required);
+    v.validate_nbf = true;
     v.leeway = 5;
     v
 }
@@ -51,7 +91,12 @@ pub enum AuthSetupError {
         "no way to authenticate shoppers: give a JWT key (HS256 secret or RS256 public key) or turn on the development identity mode"
     )]
     NoMethod,
-    /// The HS256 secret is empty or the RS256 key is not a PEM RSA public key.
+    /// The HS256 secret is too short to resist guessing.
+    #[error(
+        "the HS256 secret has {0} bytes; it needs at least {MIN_HS256_SECRET} (e.g. `openssl rand -base64 48`)"
+    )]
+    WeakSecret(usize),
+    /// The RS256 key is not a PEM RSA public key.
     #[error("the JWT key is unusable: {0}")]
     BadKey(#[from] jsonwebtoken::errors::Error),
 }
@@ -60,16 +105,19 @@ impl Auth {
     /// Builds the check from `config`.
     pub fn new(config: &AuthConfig) -> Result<Self, AuthSetupError> {
         let hs256 = match &config.hs256_secret {
+            Some(secret) if secret.len() < MIN_HS256_SECRET => {
+                return Err(AuthSetupError::WeakSecret(secret.len()));
+            }
             Some(secret) => Some((
                 DecodingKey::from_secret(secret)?,
-                validation(Algorithm::HS256),
+                validation(Algorithm::HS256, config),
             )),
             None => None,
         };
         let rs256 = match &config.rs256_public_pem {
             Some(pem) => Some((
                 DecodingKey::from_rsa_pem(pem)?,
-                validation(Algorithm::RS256),
+                validation(Algorithm::RS256, config),
             )),
             None => None,
         };
@@ -79,6 +127,7 @@ impl Auth {
         Ok(Self {
             hs256,
             rs256,
+            max_lifetime: i64::try_from(config.max_lifetime.as_secs()).unwrap_or(i64::MAX),
             dev_identity: config.dev_identity,
         })
     }
@@ -116,16 +165,33 @@ impl Auth {
             Algorithm::RS256 => self.rs256.as_ref(),
             _ => None,
         }
+        // Which algorithms are configured is none of the caller's business.
         .ok_or_else(|| {
-            ApiError::unauthenticated(format!(
-                "tokens signed with {:?} are not accepted",
-                header.alg
-            ))
+            ApiError::unauthenticated("the token's signing algorithm is not accepted")
         })?;
         let claims = decode::<Claims>(token, key, validation)
-            .map_err(|e| ApiError::unauthenticated(format!("invalid token: {e}")))?
+            .map_err(|e| ApiError::unauthenticated(refusal(&e)))?
             .claims;
+        if claims.exp - chrono::Utc::now().timestamp() > self.max_lifetime {
+            return Err(ApiError::unauthenticated(
+                "the token is valid for longer than this API accepts",
+            ));
+        }
         checked_shopper(&claims.sub)
+    }
+}
+
+/// Why a token was refused, in words that name no key or algorithm.
+fn refusal(e: &jsonwebtoken::errors::Error) -> String {
+    use jsonwebtoken::errors::ErrorKind;
+    match e.kind() {
+        ErrorKind::ExpiredSignature => "the token has expired".into(),
+        ErrorKind::ImmatureSignature => "the token is not valid yet (nbf)".into(),
+        ErrorKind::InvalidIssuer => "the token's issuer (iss) is not accepted".into(),
+        ErrorKind::InvalidAudience => "the token's audience (aud) is not this API".into(),
+        ErrorKind::MissingRequiredClaim(claim) => format!("the token has no {claim} claim"),
+        ErrorKind::InvalidSignature => "the token's signature does not verify".into(),
+        _ => "the token is malformed".into(),
     }
 }
 
@@ -146,13 +212,17 @@ mod tests {
     use super::*;
     use jsonwebtoken::{EncodingKey, Header, encode};
 
-    const SECRET: &[u8] = b"test-secret";
+    const SECRET: &[u8] = b"a-test-secret-of-at-least-32-bytes";
 
     fn token(sub: &str, exp_offset: i64, secret: &[u8]) -> String {
         let exp = chrono::Utc::now().timestamp() + exp_offset;
+        signed(serde_json::json!({ "sub": sub, "exp": exp }), secret)
+    }
+
+    fn signed(claims: serde_json::Value, secret: &[u8]) -> String {
         encode(
             &Header::new(Algorithm::HS256),
-            &serde_json::json!({ "sub": sub, "exp": exp }),
+            &claims,
             &EncodingKey::from_secret(secret).unwrap(),
         )
         .unwrap()
@@ -169,8 +239,8 @@ mod tests {
     fn auth(dev: bool) -> Auth {
         Auth::new(&AuthConfig {
             hs256_secret: Some(SECRET.to_vec()),
-            rs256_public_pem: None,
             dev_identity: dev,
+            ..AuthConfig::default()
         })
         .unwrap()
     }
@@ -266,6 +336,84 @@ mod tests {
     }
 
     #[test]
+    fn claims_table() {
+        let now = chrono::Utc::now().timestamp();
+        let strict = Auth::new(&AuthConfig {
+            hs256_secret: Some(SECRET.to_vec()),
+            issuer: Some("https://id.shop".into()),
+            audience: Some("flashsale".into()),
+            max_lifetime: std::time::Duration::from_secs(3600),
+            ..AuthConfig::default()
+        })
+        .unwrap();
+        let good = serde_json::json!({"sub": "ann", "exp": now + 600, "iss": "https://id.shop", "aud": "flashsale"});
+        let with = |key: &str, value: serde_json::Value| {
+            let mut claims = good.clone();
+            claims[key] = value;
+            claims
+        };
+        let without = |key: &str| {
+            let mut claims = good.clone();
+            claims.as_object_mut().unwrap().remove(key);
+            claims
+        };
+        for (what, claims, expected) in [
+            ("all good", good.clone(), Ok("ann")),
+            (
+                "aud among several",
+                with("aud", serde_json::json!(["other", "flashsale"])),
+                Ok("ann"),
+            ),
+            (
+                "another issuer",
+                with("iss", "https://evil".into()),
+                Err("issuer (iss)"),
+            ),
+            ("no issuer", without("iss"), Err("no iss claim")),
+            (
+                "another audience",
+                with("aud", "other".into()),
+                Err("audience (aud)"),
+            ),
+            ("no audience", without("aud"), Err("no aud claim")),
+            (
+                "not yet valid",
+                with("nbf", (now + 600).into()),
+                Err("not valid yet"),
+            ),
+            (
+                "lives too long",
+                with("exp", (now + 7200).into()),
+                Err("longer than this API accepts"),
+            ),
+            ("expired", with("exp", (now - 600).into()), Err("expired")),
+        ] {
+            let got = strict.verify(&signed(claims, SECRET));
+            match expected {
+                Ok(shopper) => assert_eq!(got.unwrap(), shopper, "{what}"),
+                Err(words) => {
+                    let message = got.unwrap_err().message().to_string();
+                    assert!(message.contains(words), "{what}: {message}");
+                }
+            }
+        }
+        // Without a configured audience, a token that carries one passes.
+        let lenient = auth(false);
+        assert_eq!(lenient.verify(&signed(good, SECRET)).unwrap(), "ann");
+    }
+
+    #[test]
+    fn refuses_a_short_hs256_secret() {
+        assert!(matches!(
+            Auth::new(&AuthConfig {
+                hs256_secret: Some(b"short".to_vec()),
+                ..AuthConfig::default()
+            }),
+            Err(AuthSetupError::WeakSecret(5))
+        ));
+    }
+
+    #[test]
     fn refuses_a_configuration_that_accepts_nobody() {
         assert!(matches!(
             Auth::new(&AuthConfig::default()),
@@ -289,6 +437,13 @@ mod tests {
             "authorization",
             format!("Bearer {rs_only_token}"),
         )]));
-        assert_eq!(got.unwrap_err().code(), "UNAUTHENTICATED");
+        let refused = got.unwrap_err();
+        assert_eq!(refused.code(), "UNAUTHENTICATED");
+        // It names no algorithm: neither the token's nor the configured ones.
+        let message = refused.message().to_string();
+        assert!(
+            !message.contains("HS") && !message.contains("RS"),
+            "{message}"
+        );
     }
 }

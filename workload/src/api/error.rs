@@ -47,6 +47,11 @@ impl ApiError {
         self.code
     }
 
+    /// The human-readable message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
     /// 404 `NOT_FOUND`.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "NOT_FOUND", message)

@@ -26,7 +26,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 /// The HS256 secret the test APIs accept.
-pub const JWT_SECRET: &[u8] = b"flashsale-test-secret";
+pub const JWT_SECRET: &[u8] = b"flashsale-test-secret-of-32-bytes-or-more";
 
 /// Test logs: warnings and errors of the code under test, shown for failing tests.
 pub fn init_logs() {
@@ -194,8 +194,8 @@ impl TestApi {
             kafka: options.kafka,
             auth: AuthConfig {
                 hs256_secret: Some(JWT_SECRET.to_vec()),
-                rs256_public_pem: None,
                 dev_identity: true,
+                ..AuthConfig::default()
             },
             limits: LimitConfig {
                 global_per_sec: 0,
