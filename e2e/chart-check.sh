@@ -117,7 +117,7 @@ dry_run() {
 dry_run defaults
 dry_run local -f "$LOCAL_VALUES"
 dry_run local-one-namespace -f "$LOCAL_VALUES" \
-  --set operator.watchNamespace="$NS" --set api.devIdentity=true \
+  --set operator.watchNamespace="$NS" --set api.devIdentity=true --set jwt.hs256.enabled=false \
   --set api.service.type=NodePort --set api.service.nodePort=30080 \
   --set rbac.ownerReferencesPermissionEnforcement=true \
   --set database.password='p@ss w/rd+%' --set database.sslMode=disable
@@ -141,8 +141,8 @@ kinds() { grep '^kind:' "$TMP/$1.yaml" | sort | uniq -c | awk '{ printf "%s%s=%s
 no_inline_url() { ! grep -Eq 'value: "?postgres(ql)?://' "$TMP/$1.yaml"; }
 expect "defaults: a ClusterRole and binding, the leader-election Role, 2 Deployments, 2 PDBs, 3 Services (operator metrics, API, API internal)" \
   test "$(kinds defaults)" = "ClusterRole=1 ClusterRoleBinding=1 CustomResourceDefinition=1 Deployment=2 PodDisruptionBudget=2 Role=1 RoleBinding=1 Secret=2 Service=3 ServiceAccount=2"
-expect "watchNamespace: Roles only, no ClusterRole" \
-  test "$(kinds local-one-namespace)" = "CustomResourceDefinition=1 Deployment=2 PodDisruptionBudget=2 Role=2 RoleBinding=2 Secret=2 Service=3 ServiceAccount=2"
+expect "watchNamespace: Roles only, no ClusterRole; the development identity: no JWT Secret" \
+  test "$(kinds local-one-namespace)" = "CustomResourceDefinition=1 Deployment=2 PodDisruptionBudget=2 Role=2 RoleBinding=2 Secret=1 Service=3 ServiceAccount=2"
 expect "crds.enabled=false: no CRD" \
   test "$(grep -c '^kind: CustomResourceDefinition' "$TMP/operator-only.yaml")" = 0
 # same_crd NAME: the rendering's CRD is crds/flashsale.yaml's, kept on uninstall.
@@ -213,6 +213,7 @@ refused "a Redis URL without scheme" --set redis.url=redis:6379
 refused "a string replica count" --set-string api.replicaCount=two
 refused "no way to know shoppers" --set jwt.hs256.enabled=false
 refused "an HS256 secret under 32 bytes" --set jwt.hs256.secret=too-short
+refused "the development identity with JWT keys" --set api.devIdentity=true
 
 if [ "$failed" -gt 0 ]; then
   printf '\033[1;31mchart-check: %d check(s) failed\033[0m\n' "$failed"

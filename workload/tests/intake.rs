@@ -33,6 +33,18 @@ async fn live_sale(
     shards: u32,
     limit: i64,
 ) -> (TestApi, SaleConfig, SaleStore) {
+    live_sale_with(target, stock, shards, limit, false).await
+}
+
+/// A live sale whose API takes HS256 tokens (`jwt`) or the development
+/// identity header.
+async fn live_sale_with(
+    target: RedisTarget,
+    stock: i64,
+    shards: u32,
+    limit: i64,
+    jwt: bool,
+) -> (TestApi, SaleConfig, SaleStore) {
     let db = fresh_database().await;
     let namespace = stack::unique_name("ns");
     let config = create_sale(&db, &SaleSpec::live(&namespace, stock, shards, limit)).await;
@@ -41,7 +53,11 @@ async fn live_sale(
         .warm(&config, 0, false, &config.id.to_string())
         .await
         .unwrap();
-    let api = TestApi::start(ApiOptions::new(&namespace, target, &db)).await;
+    let api = TestApi::start(ApiOptions {
+        jwt,
+        ..ApiOptions::new(&namespace, target, &db)
+    })
+    .await;
     api.wait_for_sale(&config.sale).await;
     (api, config, store)
 }
@@ -295,19 +311,13 @@ async fn storm_on_the_redis_cluster() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_requests_get_4xx_and_change_nothing() {
-    let (api, config, store) = live_sale(common::redis_node(), 50, 4, 2).await;
+    // Shoppers with tokens: the development identity is off with JWT keys.
+    let (api, config, store) = live_sale_with(common::redis_node(), 50, 4, 2, true).await;
     let owned = api.buy(&config.sale, "victim", 1).await;
     let victim_order = owned.order_id().unwrap();
     let before = remaining(&store, &config).await;
     let url = format!("{}/v1/sales/{}/orders", api.url, config.sale.name);
-    let token = |sub: &str, exp_offset: i64, secret: &[u8]| {
-        jsonwebtoken::encode(
-            &jsonwebtoken::Header::default(),
-            &serde_json::json!({"sub": sub, "exp": Utc::now().timestamp() + exp_offset}),
-            &jsonwebtoken::EncodingKey::from_secret(secret).unwrap(),
-        )
-        .unwrap()
-    };
+    let token = common::token;
     let huge = "x".repeat(4096);
     let mut codes: HashMap<(usize, u16, String), usize> = HashMap::new();
     for i in 0..2000 {
@@ -315,25 +325,18 @@ async fn hostile_requests_get_4xx_and_change_nothing() {
         let c = &api.client;
         let user = format!("hostile-{i}");
         let request = match kind {
-            0 => c
-                .post(&url)
-                .header("x-user-id", &user)
-                .body("{\"quantity\":"),
-            1 => c
-                .post(&url)
-                .header("x-user-id", &user)
+            0 => api.identify(c.post(&url), &user).body("{\"quantity\":"),
+            1 => api
+                .identify(c.post(&url), &user)
                 .body(format!("{{\"quantity\":1,\"pad\":\"{huge}\"}}")),
-            2 => c
-                .post(&url)
-                .header("x-user-id", &user)
+            2 => api
+                .identify(c.post(&url), &user)
                 .json(&serde_json::json!({"quantity": -3})),
-            3 => c
-                .post(&url)
-                .header("x-user-id", &user)
+            3 => api
+                .identify(c.post(&url), &user)
                 .json(&serde_json::json!({"quantity": 1_000_000_000_000i64})),
-            4 => c
-                .post(&url)
-                .header("x-user-id", &user)
+            4 => api
+                .identify(c.post(&url), &user)
                 .json(&serde_json::json!({"quantity": "2"})),
             5 => c
                 .post(&url)
@@ -343,38 +346,37 @@ async fn hostile_requests_get_4xx_and_change_nothing() {
                 .bearer_auth(token(&user, 600, b"not-our-secret")),
             7 => c.post(&url).bearer_auth("not.a.jwt"),
             8 => c.post(&url).json(&serde_json::json!({"quantity": 1})),
-            9 => c
-                .post(format!("{}/v1/sales/no-such-sale-{i}/orders", api.url))
-                .header("x-user-id", &user),
-            10 => c
-                .get(format!("{}/v1/orders/{victim_order}", api.url))
-                .header("x-user-id", &user),
-            11 => c
-                .get(format!("{}/v1/orders/not-a-uuid-{i}", api.url))
-                .header("x-user-id", &user),
-            12 => c
-                .post(&url)
-                .header("x-user-id", &user)
+            9 => api.identify(
+                c.post(format!("{}/v1/sales/no-such-sale-{i}/orders", api.url)),
+                &user,
+            ),
+            10 => api.identify(
+                c.get(format!("{}/v1/orders/{victim_order}", api.url)),
+                &user,
+            ),
+            11 => api.identify(
+                c.get(format!("{}/v1/orders/not-a-uuid-{i}", api.url)),
+                &user,
+            ),
+            12 => api
+                .identify(c.post(&url), &user)
                 .json(&serde_json::json!({"quantity": 3})),
-            13 => c
-                .put(&url)
-                .header("x-user-id", &user)
+            13 => api
+                .identify(c.put(&url), &user)
                 .json(&serde_json::json!({"quantity": 1})),
-            14 => c
-                .post(&url)
-                .header("x-user-id", &user)
+            14 => api
+                .identify(c.post(&url), &user)
                 .body(vec![0xff, 0xfe, 0x00]),
             // Bodies serde alone would read as a purchase.
-            15 => c.post(&url).header("x-user-id", &user).body("[]"),
-            16 => c.post(&url).header("x-user-id", &user).body("[5]"),
-            17 => c
-                .post(&url)
-                .header("x-user-id", &user)
-                .body(r#"{"quantiy": 5}"#),
-            18 => c.post(&url).header("x-user-id", &user).body("null"),
-            _ => c
-                .post(format!("{}/v1/orders/{victim_order}/cancel", api.url))
-                .header("x-user-id", "victim")
+            15 => api.identify(c.post(&url), &user).body("[]"),
+            16 => api.identify(c.post(&url), &user).body("[5]"),
+            17 => api.identify(c.post(&url), &user).body(r#"{"quantiy": 5}"#),
+            18 => api.identify(c.post(&url), &user).body("null"),
+            _ => api
+                .identify(
+                    c.post(format!("{}/v1/orders/{victim_order}/cancel", api.url)),
+                    "victim",
+                )
                 .body(r#"{"reason": "changed my mind"}"#),
         };
         let answer = Answer::read(request.send().await.unwrap()).await;
@@ -423,9 +425,7 @@ async fn hostile_requests_get_4xx_and_change_nothing() {
     assert_eq!(remaining(&store, &config).await, before, "no stock changed");
     // The refusal names what was wrong.
     let misspelt = api
-        .client
-        .post(&url)
-        .header("x-user-id", "speller")
+        .identify(api.client.post(&url), "speller")
         .body(r#"{"quantiy": 5}"#)
         .send()
         .await
@@ -438,14 +438,7 @@ async fn hostile_requests_get_4xx_and_change_nothing() {
         "{misspelt:?}"
     );
     // The victim still sees their own order, pending.
-    let own = api
-        .client
-        .get(format!("{}/v1/orders/{victim_order}", api.url))
-        .header("x-user-id", "victim")
-        .send()
-        .await
-        .unwrap();
-    let own = Answer::read(own).await;
+    let own = api.order(victim_order, "victim").await;
     assert_eq!(
         (own.status, own.body["status"].as_str()),
         (200, Some("PENDING")),

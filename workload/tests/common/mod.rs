@@ -25,6 +25,16 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+/// An HS256 token for `sub`, expiring `exp_offset` seconds from now.
+pub fn token(sub: &str, exp_offset: i64, secret: &[u8]) -> String {
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &serde_json::json!({"sub": sub, "exp": chrono::Utc::now().timestamp() + exp_offset}),
+        &jsonwebtoken::EncodingKey::from_secret(secret).unwrap(),
+    )
+    .unwrap()
+}
+
 /// The HS256 secret the test APIs accept.
 pub const JWT_SECRET: &[u8] = b"flashsale-test-secret-of-32-bytes-or-more";
 
@@ -155,6 +165,9 @@ pub struct ApiOptions {
     pub per_shopper_per_sec: u32,
     pub produce_timeout: Duration,
     pub transport: TransportLimits,
+    /// Shoppers prove who they are with HS256 tokens (else the development
+    /// identity header: the API takes one or the other, never both).
+    pub jwt: bool,
 }
 
 impl ApiOptions {
@@ -167,6 +180,7 @@ impl ApiOptions {
             per_shopper_per_sec: 1000,
             produce_timeout: Duration::from_secs(3),
             transport: TransportLimits::default(),
+            jwt: false,
         }
     }
 }
@@ -178,12 +192,14 @@ pub struct TestApi {
     /// The internal port: probes and metrics.
     pub internal_url: String,
     pub client: reqwest::Client,
+    jwt: bool,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl TestApi {
     pub async fn start(options: ApiOptions) -> Self {
+        let jwt = options.jwt;
         let config = ApiConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             internal_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -193,8 +209,8 @@ impl TestApi {
             database_url: database_url_of(&options.database),
             kafka: options.kafka,
             auth: AuthConfig {
-                hs256_secret: Some(JWT_SECRET.to_vec()),
-                dev_identity: true,
+                hs256_secret: options.jwt.then(|| JWT_SECRET.to_vec()),
+                dev_identity: !options.jwt,
                 ..AuthConfig::default()
             },
             limits: LimitConfig {
@@ -226,6 +242,7 @@ impl TestApi {
                 .timeout(Duration::from_secs(30))
                 .build()
                 .unwrap(),
+            jwt,
             shutdown: Some(tx),
             server: Some(server),
         }
@@ -271,8 +288,8 @@ impl TestApi {
             let mut request = self
                 .client
                 .post(format!("{}/v1/sales/{}/orders", self.url, sale.name))
-                .header("x-user-id", shopper)
                 .json(&serde_json::json!({ "quantity": quantity }));
+            request = self.identify(request, shopper);
             if let Some(key) = key {
                 request = request.header("idempotency-key", key);
             }
@@ -284,27 +301,33 @@ impl TestApi {
         }
     }
 
+    /// `request` made as `shopper`: a token of theirs, or the development
+    /// identity header, whichever this API takes.
+    pub fn identify(
+        &self,
+        request: reqwest::RequestBuilder,
+        shopper: &str,
+    ) -> reqwest::RequestBuilder {
+        if self.jwt {
+            request.bearer_auth(token(shopper, 600, JWT_SECRET))
+        } else {
+            request.header("x-user-id", shopper)
+        }
+    }
+
     /// POST to an order's route (`pay`, `cancel`) as `shopper`.
     pub async fn order_action(&self, order: Uuid, shopper: &str, action: &str) -> Answer {
-        let response = self
+        let request = self
             .client
-            .post(format!("{}/v1/orders/{order}/{action}", self.url))
-            .header("x-user-id", shopper)
-            .send()
-            .await
-            .unwrap();
+            .post(format!("{}/v1/orders/{order}/{action}", self.url));
+        let response = self.identify(request, shopper).send().await.unwrap();
         Answer::read(response).await
     }
 
     /// GET an order as `shopper`.
     pub async fn order(&self, order: Uuid, shopper: &str) -> Answer {
-        let response = self
-            .client
-            .get(format!("{}/v1/orders/{order}", self.url))
-            .header("x-user-id", shopper)
-            .send()
-            .await
-            .unwrap();
+        let request = self.client.get(format!("{}/v1/orders/{order}", self.url));
+        let response = self.identify(request, shopper).send().await.unwrap();
         Answer::read(response).await
     }
 
