@@ -7,9 +7,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::domain::order::{ORDER_TIME_SLACK, may_name_an_order};
 use crate::domain::sale::{SaleConfig, SaleMeta};
 use crate::orders::sales::{self, RedisLife};
 use crate::redis::store::SaleStore;
@@ -31,6 +33,8 @@ pub struct SaleView {
 #[derive(Default)]
 struct Snapshot {
     sales: HashMap<String, Arc<SaleView>>,
+    /// The windows of every sale of the namespace, deleted ones too.
+    windows: Vec<(DateTime<Utc>, DateTime<Utc>)>,
     refreshed_at: Option<Instant>,
 }
 
@@ -76,6 +80,12 @@ impl Catalog {
         self.read().sales.values().cloned().collect()
     }
 
+    /// Whether `id` can name an order of one of the namespace's sales, ever
+    /// (see [`may_name_an_order`]): made-up ids are answered without I/O.
+    pub fn may_hold_order(&self, id: Uuid) -> bool {
+        may_name_an_order(id, &self.read().windows, ORDER_TIME_SLACK)
+    }
+
     /// Whether a refresh ever succeeded (readiness).
     pub fn is_loaded(&self) -> bool {
         self.read().refreshed_at.is_some()
@@ -108,6 +118,7 @@ impl Catalog {
     /// sale's previous Redis view.
     pub async fn refresh(&self) -> sqlx::Result<()> {
         let configs = sales::list_current_with_life(&self.db, &self.namespace).await?;
+        let windows = sales::windows(&self.db, &self.namespace).await?;
         let previous = self.read();
         let mut next = HashMap::with_capacity(configs.len());
         for (config, life) in configs {
@@ -144,6 +155,7 @@ impl Catalog {
         });
         *self.snapshot.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Snapshot {
             sales: next,
+            windows,
             refreshed_at: Some(Instant::now()),
         });
         Ok(())

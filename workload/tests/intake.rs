@@ -446,6 +446,70 @@ async fn hostile_requests_get_4xx_and_change_nothing() {
     );
 }
 
+/// Made-up order ids (not UUIDv7, or minted outside every sale's window)
+/// are answered 404 without a query: with the database refusing every
+/// connection they still are, while a plausible id needs it (503).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn made_up_order_ids_are_answered_without_the_database() {
+    let target = common::redis_node();
+    let db = fresh_database().await;
+    let name = db.connect_options().get_database().unwrap().to_string();
+    let namespace = stack::unique_name("ns");
+    let config = create_sale(&db, &SaleSpec::live(&namespace, 10, 2, 2)).await;
+    store(&target)
+        .await
+        .warm(&config, 0, false, &config.id.to_string())
+        .await
+        .unwrap();
+    let api = TestApi::start(ApiOptions::new(&namespace, target, &db)).await;
+    api.wait_for_sale(&config.sale).await;
+    let order = api.buy(&config.sale, "ann", 1).await.order_id().unwrap();
+    assert_eq!(api.order(order, "ann").await.status, 200);
+
+    let admin = sqlx::PgPool::connect(&stack::database_url()).await.unwrap();
+    let allow = |on: bool| {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS {on}"
+        )))
+    };
+    allow(false).execute(&admin).await.unwrap();
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
+        .bind(&name)
+        .execute(&admin)
+        .await
+        .unwrap();
+    let long_ago = Uuid::new_v7(uuid::Timestamp::from_unix(
+        uuid::NoContext,
+        1_000_000_000,
+        0,
+    ));
+    for (what, answer) in [
+        ("a v4 id", api.order(Uuid::new_v4(), "ann").await),
+        ("a v7 id of 2001", api.order(long_ago, "ann").await),
+        (
+            "paying a v4 id",
+            api.order_action(Uuid::new_v4(), "ann", "pay").await,
+        ),
+        (
+            "cancelling a v7 id of 2001",
+            api.order_action(long_ago, "ann", "cancel").await,
+        ),
+    ] {
+        assert_eq!(
+            (answer.status, answer.code()),
+            (404, "NOT_FOUND"),
+            "{what}: {answer:?}"
+        );
+    }
+    let plausible = api.order(Uuid::now_v7(), "ann").await;
+    allow(true).execute(&admin).await.unwrap();
+    assert_eq!(
+        (plausible.status, plausible.code()),
+        (503, "UNAVAILABLE"),
+        "an id minted in the window needs the database: {plausible:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotency_key_returns_the_first_answer() {
     let (api, config, store) = live_sale(common::redis_cluster(), 10, 3, 2).await;

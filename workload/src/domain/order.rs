@@ -2,6 +2,7 @@
 //! conditional update from the status this function expects, so two racing
 //! changes cannot both win.
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 /// Where an order is in its life.
@@ -101,11 +102,39 @@ impl OrderStatus {
     }
 }
 
+/// How far an order id's time may sit outside its sale's window: the API
+/// mints it when the purchase arrives, and its clock and Redis' may differ.
+pub const ORDER_TIME_SLACK: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Whether `id` can name an order of a sale with one of `windows`. Order ids
+/// are UUIDv7 minted at acceptance, inside the window: another version, or
+/// a time outside every window (give or take `slack`), names no order.
+pub fn may_name_an_order(
+    id: uuid::Uuid,
+    windows: &[(DateTime<Utc>, DateTime<Utc>)],
+    slack: std::time::Duration,
+) -> bool {
+    if id.get_version_num() != 7 {
+        return false;
+    }
+    let Some((secs, nanos)) = id.get_timestamp().map(|t| t.to_unix()) else {
+        return false;
+    };
+    let Some(at) = DateTime::from_timestamp(i64::try_from(secs).unwrap_or(i64::MAX), nanos) else {
+        return false;
+    };
+    let slack = chrono::Duration::from_std(slack).unwrap_or_default();
+    windows
+        .iter()
+        .any(|(start, end)| *start - slack <= at && at <= *end + slack)
+}
+
 #[cfg(test)]
 mod tests {
     use super::OrderEvent as E;
     use super::OrderStatus as S;
     use super::Transition::*;
+    use super::{DateTime, may_name_an_order};
 
     const ALL_STATUSES: [S; 6] = [
         S::Pending,
@@ -189,5 +218,37 @@ mod tests {
             .filter(|s| s.holds_stock())
             .collect();
         assert_eq!(holding, vec![S::Pending, S::Unpaid, S::Paid]);
+    }
+
+    #[test]
+    fn only_a_v7_id_minted_near_a_window_may_name_an_order() {
+        let at = |secs: i64| DateTime::from_timestamp(secs, 0).unwrap();
+        let minted =
+            |secs: u64| uuid::Uuid::new_v7(uuid::Timestamp::from_unix(uuid::NoContext, secs, 0));
+        let windows = [(at(1_000_000), at(1_003_600))];
+        let slack = std::time::Duration::from_secs(300);
+        for (what, id, expected) in [
+            ("inside the window", minted(1_001_000), true),
+            (
+                "just before the start, within the slack",
+                minted(999_800),
+                true,
+            ),
+            (
+                "just after the end, within the slack",
+                minted(1_003_800),
+                true,
+            ),
+            ("long before", minted(900_000), false),
+            ("long after", minted(1_010_000), false),
+            ("a v4 id", uuid::Uuid::new_v4(), false),
+            ("the nil id", uuid::Uuid::nil(), false),
+        ] {
+            assert_eq!(may_name_an_order(id, &windows, slack), expected, "{what}");
+        }
+        assert!(
+            !may_name_an_order(minted(1_001_000), &[], slack),
+            "no sale at all"
+        );
     }
 }

@@ -136,6 +136,18 @@ async fn list<'e>(
         .collect())
 }
 
+/// The windows of every sale the namespace ever had, deleted ones too:
+/// an order id is minted inside one of them.
+pub async fn windows<'e>(
+    db: impl PgExecutor<'e>,
+    namespace: &str,
+) -> sqlx::Result<Vec<(DateTime<Utc>, DateTime<Utc>)>> {
+    sqlx::query_as("SELECT start_at, end_at FROM sales WHERE namespace = $1")
+        .bind(namespace)
+        .fetch_all(db)
+        .await
+}
+
 /// Records that the sale's topic is drained for good, so consumers serving a
 /// whole namespace stop for it (idempotent). Returns whether this call set it.
 pub async fn mark_drained<'e>(db: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<bool> {
