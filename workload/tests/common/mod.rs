@@ -487,7 +487,11 @@ impl StormResult {
     }
 }
 
-/// `requests` concurrent purchases by `shoppers` shoppers, quantities 1-2.
+/// Purchases a storm keeps in flight at once.
+pub const STORM_IN_FLIGHT: usize = 512;
+
+/// `requests` purchases by `shoppers` shoppers, quantities 1-2, at most
+/// [`STORM_IN_FLIGHT`] at once.
 /// Like real clients, a purchase answered 503 (UNAVAILABLE, BUSY: nothing
 /// reserved, retry) is retried with its `Idempotency-Key` after its
 /// `Retry-After` (with jitter, so that the shed do not come back in step)
@@ -500,11 +504,17 @@ pub async fn storm(
     requests: usize,
     shoppers: usize,
 ) -> StormResult {
+    // Every request is a connection while in flight, and a socket on both
+    // ends of this one process: unbounded, two storms at once exhausted its
+    // 20,000 file descriptors. A few hundred in flight still race for units.
+    let in_flight = std::sync::Arc::new(tokio::sync::Semaphore::new(STORM_IN_FLIGHT));
     let tasks: Vec<_> = (0..requests)
         .map(|i| {
             let api = api.clone();
             let sale = sale.clone();
+            let in_flight = in_flight.clone();
             tokio::spawn(async move {
+                let _permit = in_flight.acquire_owned().await.unwrap();
                 let shopper = format!("shopper-{}", i % shoppers);
                 let quantity = 1 + ((i * 7919 % 13) % 2) as i64;
                 let key = format!("request-{i}");
