@@ -141,6 +141,16 @@ async fn status_plan_changes_and_report_of_a_real_sale() {
     );
 
     contains_all(&ok(&ns, &["pause", "tiny"]), &["spec.paused: false → true"]);
+    // The kill switch is the operator's step after the patch: buy once it
+    // says the switch is flipped (a purchase before would be sold).
+    common::wait_for(Duration::from_secs(10), "the Paused condition", || async {
+        let conditions = sales.get("tiny").await.ok()?.status?.conditions;
+        conditions
+            .iter()
+            .any(|c| c.type_ == "Paused" && c.status == "True")
+            .then_some(())
+    })
+    .await;
     assert_eq!(api.buy("tiny", "dan").await, (409, "PAUSED".to_string()));
     contains_all(
         &ok(&ns, &["resume", "tiny"]),
