@@ -124,8 +124,10 @@ dry_run local-one-namespace -f "$LOCAL_VALUES" \
 dry_run existing-secrets -f "$LOCAL_VALUES" \
   --set database.existingSecret=pg --set database.existingSecretPodKey=pod-url \
   --set redis.existingSecret=redis --set jwt.hs256.existingSecret=jwt \
-  --set jwt.rs256.existingSecret=jwt-rs256 \
+  --set jwt.rs256.existingSecret=jwt-rs256 --set payments.existingSecret=payments \
   --set operator.serviceAccount.create=false --set operator.serviceAccount.name=op
+dry_run jwks-configmap --set jwt.hs256.enabled=false --set jwt.jwks.existingConfigMap=idp-jwks
+dry_run jwks-url --set jwt.hs256.enabled=false --set jwt.jwks.url=https://id.example/.well-known/jwks.json
 dry_run operator-only --set api.enabled=false --set rbac.create=false \
   --set operator.podDisruptionBudget.enabled=false --set crds.enabled=false
 
@@ -140,9 +142,9 @@ kinds() { grep '^kind:' "$TMP/$1.yaml" | sort | uniq -c | awk '{ printf "%s%s=%s
 # no_inline_url NAME: no pod spec of a rendering carries a database URL.
 no_inline_url() { ! grep -Eq 'value: "?postgres(ql)?://' "$TMP/$1.yaml"; }
 expect "defaults: a ClusterRole and binding, the leader-election Role, 2 Deployments, 2 PDBs, 3 Services (operator metrics, API, API internal)" \
-  test "$(kinds defaults)" = "ClusterRole=1 ClusterRoleBinding=1 CustomResourceDefinition=1 Deployment=2 PodDisruptionBudget=2 Role=1 RoleBinding=1 Secret=2 Service=3 ServiceAccount=2"
+  test "$(kinds defaults)" = "ClusterRole=1 ClusterRoleBinding=1 CustomResourceDefinition=1 Deployment=2 PodDisruptionBudget=2 Role=1 RoleBinding=1 Secret=3 Service=3 ServiceAccount=2"
 expect "watchNamespace: Roles only, no ClusterRole; the development identity: no JWT Secret" \
-  test "$(kinds local-one-namespace)" = "CustomResourceDefinition=1 Deployment=2 PodDisruptionBudget=2 Role=2 RoleBinding=2 Secret=1 Service=3 ServiceAccount=2"
+  test "$(kinds local-one-namespace)" = "CustomResourceDefinition=1 Deployment=2 PodDisruptionBudget=2 Role=2 RoleBinding=2 Secret=2 Service=3 ServiceAccount=2"
 expect "crds.enabled=false: no CRD" \
   test "$(grep -c '^kind: CustomResourceDefinition' "$TMP/operator-only.yaml")" = 0
 # same_crd NAME: the rendering's CRD is crds/flashsale.yaml's, kept on uninstall.
@@ -164,6 +166,10 @@ expect "the database password is percent-encoded into the URL" \
   grep -q '"postgres://postgres:p%40ss%20w%2Frd%2B%25@198.18.0.1:15432/flashsale?sslmode=disable"' "$TMP/local-one-namespace.yaml"
 expect "no connection string or key in a pod spec (all from Secrets)" \
   no_inline_url defaults
+expect "jwt.jwks.existingConfigMap: the document mounted as /etc/flashsale/jwt/jwks.json, no JWT Secret" \
+  eval 'grep -q "name: idp-jwks" "$TMP/jwks-configmap.yaml" && grep -q "value: \"/etc/flashsale/jwt/jwks.json\"" "$TMP/jwks-configmap.yaml" && [ "$(grep -c "^kind: Secret" "$TMP/jwks-configmap.yaml")" = 2 ]'
+expect "jwt.jwks.url: the URL passed as is, nothing mounted" \
+  eval 'grep -q "value: \"https://id.example/.well-known/jwks.json\"" "$TMP/jwks-url.yaml" && ! grep -q "mountPath: /etc/flashsale/jwt" "$TMP/jwks-url.yaml"'
 expect "the API pods mount no ServiceAccount token" \
   grep -q 'automountServiceAccountToken: false' "$TMP/defaults.yaml"
 
@@ -213,7 +219,13 @@ refused "a Redis URL without scheme" --set redis.url=redis:6379
 refused "a string replica count" --set-string api.replicaCount=two
 refused "no way to know shoppers" --set jwt.hs256.enabled=false
 refused "an HS256 secret under 32 bytes" --set jwt.hs256.secret=too-short
+refused "a payment callback secret under 32 bytes" --set payments.secret=too-short
 refused "the development identity with JWT keys" --set api.devIdentity=true
+refused "the development identity with a JWKS" --set api.devIdentity=true --set jwt.hs256.enabled=false \
+  --set jwt.jwks.url=https://id.example/jwks.json
+refused "a JWKS URL and a JWKS ConfigMap" --set jwt.jwks.url=https://id.example/jwks.json \
+  --set jwt.jwks.existingConfigMap=idp-jwks
+refused "a JWKS URL that is not http(s)" --set jwt.jwks.url=id.example/jwks.json
 
 if [ "$failed" -gt 0 ]; then
   printf '\033[1;31mchart-check: %d check(s) failed\033[0m\n' "$failed"

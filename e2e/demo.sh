@@ -77,13 +77,16 @@ wait_state Live 60
 step "5/8 The storm: 40,000 purchases by 30,000 shoppers through the API Service"
 api=$(kubectl get svc "$RELEASE-api" -n "$NS" -o jsonpath='{.spec.clusterIP}:{.spec.ports[0].port}')
 jwt=$(mktemp)
+payments=$(mktemp)
 kubectl get secret "$RELEASE-jwt" -n "$NS" -o jsonpath='{.data.hs256-secret}' | base64 -d >"$jwt"
+kubectl get secret "$RELEASE-payments" -n "$NS" -o jsonpath='{.data.callback-secret}' | base64 -d >"$payments"
+say "half the buyers pay: the load generator starts each payment and, as the payment provider, confirms it with a signed callback"
 say "kubectl get pods -A: the operator, the API and the sale's consumers run on the node"
 kubectl get pods -A -o wide | sed 's/^/    /'
 FLASHSALE_REDIS=$REDIS_URL target/release/flashsale load --url "http://$api" --sale "$SALE" \
-  --namespace "$NS" --jwt-secret-file "$jwt" --shoppers 30000 --requests 40000 --concurrency 100 \
+  --namespace "$NS" --jwt-secret-file "$jwt" --payment-secret-file "$payments" --shoppers 30000 --requests 40000 --concurrency 100 \
   --pay 0.5 --cancel 0.05 --check --json "$RESULTS/load.json"
-rm -f "$jwt"
+rm -f "$jwt" "$payments"
 kubectl get pods -n "$NS" -o wide | sed 's/^/    /'
 say "kubectl flashsale status, mid-sale:"
 kubectl flashsale status -n "$NS" "$SALE" | sed 's/^/    /'

@@ -30,7 +30,12 @@ up() {
     FLASHSALE_WORKLOAD_IMAGE="$IMAGE_PREFIX/flashsale:dev" MALLOC_ARENA_MAX=2 \
     "$BIN/flashsale-operator" --watch-namespace "$NAMESPACE" --lease-namespace "$NAMESPACE" \
     --listen "127.0.0.1:$OPERATOR_PORT"
+  # The payment provider's callback secret: sign a callback with it to pay
+  # (docs: README, "Paying").
+  [ -s "$RUN_DIR/payment-secret" ] || head -c 36 /dev/urandom | base64 >"$RUN_DIR/payment-secret"
+  chmod 600 "$RUN_DIR/payment-secret"
   start_bg api "$BIN/flashsale" api --namespace "$NAMESPACE" --dev-identity \
+    --payment-secret-file "$RUN_DIR/payment-secret" \
     --listen "127.0.0.1:$API_PORT" --internal-listen "127.0.0.1:$API_INTERNAL_PORT"
   start_bg consumer "$BIN/flashsale" consumer --all-sales --namespace "$NAMESPACE"
   wait_until 30 "the shopper API" curl -fsS "http://127.0.0.1:$API_INTERNAL_PORT/healthz"

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use flashsale_workload::api::auth::AuthConfig;
+use flashsale_workload::api::jwks::JwksSource;
 use flashsale_workload::api::limits::LimitConfig;
 use std::sync::Arc;
 
@@ -143,6 +144,10 @@ struct LoadArgs {
     /// development X-User-Id header is used).
     #[arg(long, env = "FLASHSALE_JWT_HS256_SECRET_FILE")]
     jwt_secret_file: Option<PathBuf>,
+    /// Act as the payment provider too: confirm each started payment with a
+    /// callback signed with the secret in this file (else orders stay UNPAID).
+    #[arg(long, env = "FLASHSALE_PAYMENT_SECRET_FILE")]
+    payment_secret_file: Option<PathBuf>,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -256,6 +261,14 @@ struct ApiArgs {
     /// The `iss` every shopper token must carry.
     #[arg(long, env = "FLASHSALE_JWT_ISSUER")]
     jwt_issuer: Option<String>,
+    /// A JWKS of the identity provider, a file or an http(s) URL: tokens
+    /// are verified with the key their `kid` names.
+    #[arg(long, env = "FLASHSALE_JWT_JWKS")]
+    jwt_jwks: Option<JwksSource>,
+    /// How often the JWKS is read again (and soon after a token names an
+    /// unknown `kid`).
+    #[arg(long, env = "FLASHSALE_JWT_JWKS_REFRESH", default_value = "5m", value_parser = humantime::parse_duration)]
+    jwt_jwks_refresh: Duration,
     /// An `aud` every shopper token must carry (unset: `aud` is not checked).
     #[arg(long, env = "FLASHSALE_JWT_AUDIENCE")]
     jwt_audience: Option<String>,
@@ -282,6 +295,10 @@ struct ApiArgs {
     /// How long the producer waits to fill a batch.
     #[arg(long, env = "FLASHSALE_PRODUCE_LINGER", default_value = "0ms", value_parser = humantime::parse_duration)]
     produce_linger: Duration,
+    /// A file holding the secret the payment provider signs its callbacks
+    /// with (at least 32 bytes); without it orders cannot be paid.
+    #[arg(long, env = "FLASHSALE_PAYMENT_SECRET_FILE")]
+    payment_secret_file: Option<PathBuf>,
 }
 
 impl ApiArgs {
@@ -304,17 +321,14 @@ impl ApiArgs {
             database_url: self.services.database.database_url,
             kafka: self.services.kafka,
             auth: AuthConfig {
-                hs256_secret: self
-                    .jwt_hs256_secret_file
-                    .as_ref()
-                    .map(read)
-                    .transpose()?
-                    .map(|s| s.trim_ascii().to_vec()),
+                hs256_secret: read_secret(self.jwt_hs256_secret_file.as_deref())?,
                 rs256_public_pem: self
                     .jwt_rs256_public_key_file
                     .as_ref()
                     .map(read)
                     .transpose()?,
+                jwks: self.jwt_jwks,
+                jwks_refresh: self.jwt_jwks_refresh,
                 issuer: self.jwt_issuer,
                 audience: self.jwt_audience,
                 max_lifetime: self.jwt_max_lifetime,
@@ -329,6 +343,7 @@ impl ApiArgs {
                 timeout: self.produce_timeout,
                 linger: self.produce_linger,
             },
+            payment_secret: read_secret(self.payment_secret_file.as_deref())?,
         })
     }
 }
@@ -430,14 +445,19 @@ async fn run_consumer(args: ConsumerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A secret file's text, without the line end an editor adds.
+fn read_secret(path: Option<&std::path::Path>) -> anyhow::Result<Option<Vec<u8>>> {
+    path.map(|path| {
+        std::fs::read(path)
+            .map(|s| s.trim_ascii().to_vec())
+            .with_context(|| format!("failed to read {}", path.display()))
+    })
+    .transpose()
+}
+
 async fn run_load(args: LoadArgs) -> anyhow::Result<()> {
-    let identity = match &args.jwt_secret_file {
-        Some(path) => Identity::Jwt(
-            std::fs::read(path)
-                .with_context(|| format!("failed to read {}", path.display()))?
-                .trim_ascii()
-                .to_vec(),
-        ),
+    let identity = match read_secret(args.jwt_secret_file.as_deref())? {
+        Some(secret) => Identity::Jwt(secret),
         None => Identity::DevHeader,
     };
     let sale = args.name.sale.clone().context("--sale is required")?;
@@ -452,6 +472,7 @@ async fn run_load(args: LoadArgs) -> anyhow::Result<()> {
         think: args.think,
         max_quantity: args.max_quantity,
         pay: args.pay,
+        payment_secret: read_secret(args.payment_secret_file.as_deref())?,
         cancel: args.cancel,
         identity,
         progress: !args.quiet,

@@ -57,6 +57,13 @@ impl From<&SaleRef> for SaleLabels {
     }
 }
 
+/// Labels of a payment callback's settlement.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SettlementLabels {
+    /// pay, refund, decline, repeat or contradiction.
+    pub settlement: &'static str,
+}
+
 fn latency_histogram() -> Histogram {
     // 0.1 ms .. ~3.3 s
     Histogram::new(exponential_buckets(0.0001, 2.0, 16))
@@ -89,6 +96,9 @@ pub struct Metrics {
     pub orders_failed: Family<SaleLabels, Counter>,
     /// Consumer-group lag as the consumer last saw it.
     pub lag: Family<SaleLabels, Gauge>,
+    /// Payment callbacks by what they did (`refund`: money taken for an
+    /// order that could no longer be paid, owed back).
+    pub payment_settlements: Family<SettlementLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -145,6 +155,12 @@ impl Default for Metrics {
         );
         let lag = Family::default();
         registry.register("consumer_lag", "Consumer-group lag", lag.clone());
+        let payment_settlements = Family::default();
+        registry.register(
+            "payment_settlements",
+            "Payment callbacks by what they did",
+            payment_settlements.clone(),
+        );
         Self {
             registry,
             requests,
@@ -157,6 +173,7 @@ impl Default for Metrics {
             dead_lettered,
             orders_failed,
             lag,
+            payment_settlements,
         }
     }
 }

@@ -12,6 +12,7 @@ use common::{
     read_topic, store, storm,
 };
 use flashsale_testkit as stack;
+use flashsale_workload::api::jwks::JwksSource;
 use flashsale_workload::domain::sale::SaleConfig;
 use flashsale_workload::redis::RedisTarget;
 use flashsale_workload::redis::store::SaleStore;
@@ -625,4 +626,175 @@ async fn made_up_methods_and_paths_add_no_metric_series() {
         "/metrics grew by {} bytes",
         after.len() - before.len()
     );
+}
+
+/// Two P-256 keys of a test identity provider (test-only, made with
+/// `openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256`).
+const PROVIDER_KEYS: [(&str, &str); 2] = [
+    (
+        "key-a",
+        "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgDHBsA64v23urwOce
+7I6GX1Ohiq7xTI6G7Rm/ZJ54YGqhRANCAATYP3l/f5RP7pBRlsxaZ5Qa4iaeIyxu
+fS0dpvlc9GYx03Bjx8IGnE1+l0irelT/7f6izjogBBnoNvZePK1exFau
+-----END PRIVATE KEY-----",
+    ),
+    (
+        "key-b",
+        "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgIzawK0mvUTB7om/b
+sW0Wd2c+nVCEZrx8FGpCMpG70UOhRANCAAR3QLgeQidHCAfblWznjQbOwuDmSGGM
+dBM/AKkK7rnStOEufkazrlO3iBtacMmdQVApS+NE8sCgefxX8oAiqKqZ
+-----END PRIVATE KEY-----",
+    ),
+];
+
+/// The provider's JWKS publishing the keys named.
+fn jwks_of(kids: &[&str]) -> String {
+    use jsonwebtoken::{Algorithm, EncodingKey, jwk::Jwk};
+    let keys: Vec<Jwk> = PROVIDER_KEYS
+        .iter()
+        .filter(|(kid, _)| kids.contains(kid))
+        .map(|(kid, pem)| {
+            let key = EncodingKey::from_ec_pem(pem.as_bytes()).unwrap();
+            let mut jwk = Jwk::from_encoding_key(&key, Algorithm::ES256).unwrap();
+            jwk.common.key_id = Some(kid.to_string());
+            jwk
+        })
+        .collect();
+    serde_json::json!({ "keys": keys }).to_string()
+}
+
+/// A token for `ann` signed with the provider's key `kid` (its header
+/// naming `header_kid`, which may differ or be absent).
+fn provider_token(kid: &str, header_kid: Option<&str>) -> String {
+    use jsonwebtoken::{Algorithm, EncodingKey, Header};
+    let pem = PROVIDER_KEYS.iter().find(|(k, _)| *k == kid).unwrap().1;
+    let mut header = Header::new(Algorithm::ES256);
+    header.kid = header_kid.map(str::to_string);
+    jsonwebtoken::encode(
+        &header,
+        &serde_json::json!({"sub": "ann", "exp": Utc::now().timestamp() + 600}),
+        &EncodingKey::from_ec_pem(pem.as_bytes()).unwrap(),
+    )
+    .unwrap()
+}
+
+/// Whether the API takes `token`: any authenticated look-up of a made-up
+/// order is 404; a refused token is 401 with the reason.
+async fn accepts(api: &TestApi, token: &str) -> Result<(), String> {
+    let response = api
+        .client
+        .get(format!("{}/v1/orders/{}", api.url, Uuid::new_v4()))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    let answer = Answer::read(response).await;
+    match answer.status {
+        404 => Ok(()),
+        401 => Err(answer.body["message"].as_str().unwrap_or_default().into()),
+        other => panic!("neither 404 nor 401 but {other}: {answer:?}"),
+    }
+}
+
+/// Waits (up to 20 s: the refresh runs every second, at least 5 s apart)
+/// until the API's verdict on `token` is `accepted`.
+async fn until_verdict(api: &TestApi, token: &str, accepted: bool, what: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while accepts(api, token).await.is_ok() != accepted {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: still {} after 20 s",
+            if accepted { "refused" } else { "accepted" }
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A provider's key rotation, as a JWKS file (a mounted ConfigMap) or URL.
+async fn tokens_follow_the_providers_key_rotation(source: JwksSource, publish: impl Fn(String)) {
+    publish(jwks_of(&["key-a"]));
+    let db = fresh_database().await;
+    let api = TestApi::start(ApiOptions {
+        jwks: Some(source),
+        ..ApiOptions::new(&stack::unique_name("ns"), common::redis_node(), &db)
+    })
+    .await;
+    let (a, b) = (
+        provider_token("key-a", Some("key-a")),
+        provider_token("key-b", Some("key-b")),
+    );
+    assert_eq!(
+        accepts(&api, &a).await,
+        Ok(()),
+        "a token of a published key"
+    );
+    for (what, token, reason) in [
+        ("an unpublished key", b.clone(), "key (kid) is not known"),
+        (
+            "key b's signature under key a's name",
+            provider_token("key-b", Some("key-a")),
+            "signature does not verify",
+        ),
+        (
+            "no kid",
+            provider_token("key-a", None),
+            "algorithm is not accepted",
+        ),
+        (
+            "an HS256 token",
+            common::token("ann", 600, common::JWT_SECRET),
+            "algorithm is not accepted",
+        ),
+    ] {
+        let refused = accepts(&api, &token).await.unwrap_err();
+        assert!(refused.contains(reason), "{what}: {refused}");
+    }
+
+    // The provider adds key b and then retires key a: no restart.
+    publish(jwks_of(&["key-a", "key-b"]));
+    until_verdict(&api, &b, true, "a newly published key").await;
+    publish(jwks_of(&["key-b"]));
+    until_verdict(&api, &a, false, "a retired key").await;
+    // A broken document keeps the last good keys.
+    publish("<html>502 Bad Gateway</html>".into());
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert_eq!(accepts(&api, &b).await, Ok(()), "after a broken document");
+    api.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jwks_file_is_read_again_when_the_provider_rotates_keys() {
+    let path = std::env::temp_dir().join(format!("{}.json", stack::unique_name("jwks")));
+    let write = {
+        let path = path.clone();
+        move |document: String| std::fs::write(&path, document).unwrap()
+    };
+    tokens_follow_the_providers_key_rotation(JwksSource::File(path.clone()), write).await;
+    let _ = std::fs::remove_file(path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jwks_url_is_fetched_again_when_the_provider_rotates_keys() {
+    let document = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let served = document.clone();
+    let provider = axum::Router::new().route(
+        "/.well-known/jwks.json",
+        axum::routing::get(move || {
+            let served = served.clone();
+            async move { served.lock().unwrap().clone() }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!(
+        "http://{}/.well-known/jwks.json",
+        listener.local_addr().unwrap()
+    );
+    let server = tokio::spawn(async move { axum::serve(listener, provider).await });
+    tokens_follow_the_providers_key_rotation(JwksSource::Url(url), move |d| {
+        *document.lock().unwrap() = d;
+    })
+    .await;
+    server.abort();
 }

@@ -411,18 +411,45 @@ async fn order_lifecycle_pay_cancel_and_payment_timeout() {
         404,
         "only the owner"
     );
+    // Paying starts a payment; the provider's callback makes it PAID.
     let first = call("pay", paid, "payer").await;
     assert_eq!(
         (first.status, first.body["status"].as_str()),
-        (200, Some("PAID"))
+        (200, Some("UNPAID")),
+        "the shopper's word pays nothing: {first:?}"
+    );
+    let payment = first.body["paymentId"].as_str().unwrap().to_string();
+    assert_eq!(
+        call("pay", paid, "payer").await.body["paymentId"],
+        payment.as_str(),
+        "a retried start is the same payment"
+    );
+    let confirmed = api.provider_says(&payment, paid, "succeeded").await;
+    assert_eq!(
+        (confirmed.status, confirmed.body["status"].as_str()),
+        (200, Some("PAID")),
+        "{confirmed:?}"
     );
     assert_eq!(
-        call("pay", paid, "payer").await.body["status"],
+        api.provider_says(&payment, paid, "succeeded").await.body["status"],
         "PAID",
-        "pay twice is idempotent"
+        "the provider saying it twice is idempotent"
     );
+    let again = call("pay", paid, "payer").await;
     assert_eq!(
-        call("pay", refunded, "regretful").await.body["status"],
+        (
+            again.body["status"].as_str(),
+            again.body["paymentId"].as_str()
+        ),
+        (Some("PAID"), Some(payment.as_str())),
+        "paying a paid order answers its payment"
+    );
+    let regret = call("pay", refunded, "regretful").await;
+    let regret_payment = regret.body["paymentId"].as_str().unwrap().to_string();
+    assert_eq!(
+        api.provider_says(&regret_payment, refunded, "succeeded")
+            .await
+            .body["status"],
         "PAID"
     );
     let remaining_before = redis_remaining(&live).await;
@@ -491,5 +518,146 @@ async fn order_lifecycle_pay_cancel_and_payment_timeout() {
         (sold, units),
         (1, 1),
         "only the paid order holds stock in the database"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payment_callbacks_are_signed_fresh_and_money_taken_is_never_lost() {
+    use flashsale_workload::domain::payment::sign;
+    let live = live(6, 2, 3, Duration::from_secs(600)).await;
+    let api = &live.api;
+    let sale = &live.config.sale;
+    let orders: Vec<Uuid> = futures::future::join_all(
+        ["ann", "ann", "ann"].map(|s| async move { api.buy(sale, s, 1).await.order_id().unwrap() }),
+    )
+    .await;
+    consume_until_drained(&live.db, &live.store, &live.config).await;
+    let start = |order: Uuid| async move {
+        let started = api.order_action(order, "ann", "pay").await;
+        assert_eq!(started.status, 200, "{started:?}");
+        started.body["paymentId"].as_str().unwrap().to_string()
+    };
+    let payment = start(orders[0]).await;
+    let body =
+        serde_json::json!({"paymentId": payment, "orderId": orders[0], "outcome": "succeeded"})
+            .to_string();
+    let now = chrono::Utc::now().timestamp();
+    let secret = common::PAYMENT_SECRET;
+    let refused = |answer: Answer, status: u16, words: &str, what: &str| {
+        assert_eq!(answer.status, status, "{what}: {answer:?}");
+        let message = answer.body["message"].as_str().unwrap_or_default();
+        assert!(message.contains(words), "{what}: {message}");
+    };
+    refused(
+        api.payment_callback(&body, None).await,
+        401,
+        "missing Signature",
+        "unsigned",
+    );
+    refused(
+        api.payment_callback(
+            &body,
+            Some(sign(
+                b"not-the-provider-but-32-bytes-long!",
+                now,
+                body.as_bytes(),
+            )),
+        )
+        .await,
+        401,
+        "does not match",
+        "another secret",
+    );
+    refused(
+        api.payment_callback(&body, Some(sign(secret, now - 600, body.as_bytes())))
+            .await,
+        401,
+        "away from now",
+        "a replay of a 10-minute-old callback",
+    );
+    let junk = r#"{"paymentId": 1}"#;
+    refused(
+        api.payment_callback(junk, Some(sign(secret, now, junk.as_bytes())))
+            .await,
+        400,
+        "the body must be",
+        "a signed body that is no callback",
+    );
+    refused(
+        api.provider_says(&payment, orders[1], "succeeded").await,
+        404,
+        "no such order",
+        "the payment of another order",
+    );
+    assert_eq!(
+        api.order(orders[0], "ann").await.body["status"],
+        "UNPAID",
+        "nothing refused changed the order"
+    );
+
+    // A declined payment leaves the order UNPAID; the next start is a new payment.
+    let declined = api.provider_says(&payment, orders[0], "failed").await;
+    assert_eq!(
+        (declined.status, declined.body["status"].as_str()),
+        (200, Some("UNPAID"))
+    );
+    let second = start(orders[0]).await;
+    assert_ne!(second, payment, "a new payment after a declined one");
+    assert_eq!(
+        api.provider_says(&second, orders[0], "succeeded")
+            .await
+            .body["status"],
+        "PAID"
+    );
+    refused(
+        api.provider_says(&second, orders[0], "failed").await,
+        409,
+        "settled as SUCCEEDED",
+        "a failure after a success",
+    );
+    // The first payment succeeds after all: the order is paid already, so
+    // that money is owed back.
+    let late = api.provider_says(&payment, orders[0], "succeeded").await;
+    assert_eq!(
+        (late.status, late.code()),
+        (409, "ORDER_CANCELLED"),
+        "{late:?}"
+    );
+
+    // Money taken for an order cancelled meanwhile (by the shopper, or the
+    // payment timeout): refund due, the unit stays returned once.
+    let third = start(orders[1]).await;
+    let remaining = redis_remaining(&live).await;
+    assert_eq!(
+        api.order_action(orders[1], "ann", "cancel").await.body["status"],
+        "CANCELLED"
+    );
+    for _ in 0..2 {
+        let answer = api.provider_says(&third, orders[1], "succeeded").await;
+        assert_eq!(
+            (answer.status, answer.code()),
+            (409, "ORDER_CANCELLED"),
+            "{answer:?}"
+        );
+    }
+    assert_eq!(
+        api.order(orders[1], "ann").await.body["status"],
+        "CANCELLED"
+    );
+    assert_eq!(
+        redis_remaining(&live).await,
+        remaining + 1,
+        "the unit is back once"
+    );
+    let due: Vec<String> =
+        sqlx::query_scalar("SELECT id::text FROM payments WHERE state = 'REFUND_DUE' ORDER BY id")
+            .fetch_all(&live.db)
+            .await
+            .unwrap();
+    let mut expected = vec![payment, third];
+    expected.sort();
+    assert_eq!(
+        due, expected,
+        "every payment taken for nothing is a refund due"
     );
 }

@@ -129,6 +129,11 @@ value: {{ required "redis.url is required" .Values.redis.url | quote }}
 {{- end }}
 {{- end }}
 
+{{/* The Secret holding the payment provider's callback secret. */}}
+{{- define "flashsale.payments.secretName" -}}
+{{- printf "%s-payments" (include "flashsale.fullname" .) }}
+{{- end }}
+
 {{/* The JWT Secret holding the chart's HS256 secret and RS256 public key. */}}
 {{- define "flashsale.jwt.secretName" -}}
 {{- printf "%s-jwt" (include "flashsale.fullname" .) }}

@@ -142,6 +142,7 @@ fn storm(
         think: Duration::ZERO,
         max_quantity: 1,
         pay: 0.0,
+        payment_secret: None,
         cancel: 0.0,
         identity: Identity::Jwt(secret.to_vec()),
         progress: true,

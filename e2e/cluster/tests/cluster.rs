@@ -231,15 +231,18 @@ async fn a_sale_on_the_cluster_survives_pod_kills_and_keeps_every_invariant() {
         spec.cluster_ip.unwrap(),
         spec.ports.unwrap()[0].port
     );
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    let jwt = secrets
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns)
         .list(&ListParams::default())
         .await
         .unwrap()
-        .items
-        .into_iter()
-        .find_map(|s| s.data?.get("hs256-secret").map(|v| v.0.clone()))
-        .expect("the chart's JWT secret");
+        .items;
+    let chart_secret = |key: &str| {
+        secrets
+            .iter()
+            .find_map(|s| s.data.as_ref()?.get(key).map(|v| v.0.clone()))
+            .unwrap_or_else(|| panic!("the chart's Secret with {key}"))
+    };
+    let jwt = chart_secret("hs256-secret");
     let storm = tokio::spawn(load::storm(StormConfig {
         url,
         sale: SALE.into(),
@@ -251,6 +254,7 @@ async fn a_sale_on_the_cluster_survives_pod_kills_and_keeps_every_invariant() {
         think: Duration::from_millis(5),
         max_quantity: 2,
         pay: 0.3,
+        payment_secret: Some(chart_secret("callback-secret")),
         cancel: 0.05,
         identity: Identity::Jwt(jwt),
         progress: false,

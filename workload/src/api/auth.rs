@@ -1,11 +1,16 @@
-//! Who is buying: the `sub` of a JWT bearer token (HS256 or RS256), or, in
-//! the development mode that a flag turns on, the `X-User-Id` header.
+//! Who is buying: the `sub` of a JWT bearer token (HS256, RS256 with a
+//! configured key, or any key of a JWKS by its `kid`), or, in the
+//! development mode that a flag turns on, the `X-User-Id` header.
+
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use axum::http::HeaderMap;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header};
 use serde::Deserialize;
 
 use super::error::ApiError;
+use super::jwks::{JwksError, JwksSource, KeyRing, PUBLIC_KEY_ALGORITHMS};
 
 /// How shoppers prove who they are.
 #[derive(Debug, Clone)]
@@ -14,6 +19,10 @@ pub struct AuthConfig {
     pub hs256_secret: Option<Vec<u8>>,
     /// PEM public key for RS256 tokens.
     pub rs256_public_pem: Option<Vec<u8>>,
+    /// A JWKS (file or URL): tokens naming one of its keys by `kid`.
+    pub jwks: Option<JwksSource>,
+    /// How often the JWKS is read again (and soon after an unknown `kid`).
+    pub jwks_refresh: std::time::Duration,
     /// The `iss` every token must carry, if set.
     pub issuer: Option<String>,
     /// An `aud` every token must carry, if set (else `aud` is not checked:
@@ -31,6 +40,8 @@ impl Default for AuthConfig {
         Self {
             hs256_secret: None,
             rs256_public_pem: None,
+            jwks: None,
+            jwks_refresh: std::time::Duration::from_secs(300),
             issuer: None,
             audience: None,
             max_lifetime: std::time::Duration::from_secs(24 * 3600),
@@ -47,6 +58,8 @@ pub const MIN_HS256_SECRET: usize = 32;
 pub struct Auth {
     hs256: Option<(DecodingKey, Validation)>,
     rs256: Option<(DecodingKey, Validation)>,
+    jwks: Option<(Arc<KeyRing>, HashMap<Algorithm, Validation>)>,
+    jwks_refresh: std::time::Duration,
     max_lifetime: i64,
     dev_identity: bool,
 }
@@ -94,9 +107,12 @@ pub enum AuthSetupError {
     DevIdentityWithKeys,
     /// No JWT key and no development mode.
     #[error(
-        "no way to authenticate shoppers: give a JWT key (HS256 secret or RS256 public key) or turn on the development identity mode"
+        "no way to authenticate shoppers: give a JWT key (HS256 secret, RS256 public key or JWKS) or turn on the development identity mode"
     )]
     NoMethod,
+    /// The JWKS could not be read at start.
+    #[error(transparent)]
+    Jwks(#[from] JwksError),
     /// The HS256 secret is too short to resist guessing.
     #[error(
         "the HS256 secret has {0} bytes; it needs at least {MIN_HS256_SECRET} (e.g. `openssl rand -base64 48`)"
@@ -127,7 +143,15 @@ impl Auth {
             )),
             None => None,
         };
-        match (hs256.is_some() || rs256.is_some(), config.dev_identity) {
+        let jwks = config.jwks.clone().map(|source| {
+            let validations = PUBLIC_KEY_ALGORITHMS
+                .into_iter()
+                .map(|algorithm| (algorithm, validation(algorithm, config)))
+                .collect();
+            (Arc::new(KeyRing::new(source)), validations)
+        });
+        let any_key = hs256.is_some() || rs256.is_some() || jwks.is_some();
+        match (any_key, config.dev_identity) {
             (false, false) => return Err(AuthSetupError::NoMethod),
             (true, true) => return Err(AuthSetupError::DevIdentityWithKeys),
             (false, true) => tracing::warn!(
@@ -138,9 +162,22 @@ impl Auth {
         Ok(Self {
             hs256,
             rs256,
+            jwks,
+            jwks_refresh: config.jwks_refresh,
             max_lifetime: i64::try_from(config.max_lifetime.as_secs()).unwrap_or(i64::MAX),
             dev_identity: config.dev_identity,
         })
+    }
+
+    /// Reads the JWKS, if one is configured, and keeps it fresh in the
+    /// background (see [`KeyRing::spawn_refresher`]).
+    pub async fn load_keys(&self) -> Result<(), AuthSetupError> {
+        if let Some((ring, _)) = &self.jwks {
+            let count = ring.refresh().await?;
+            tracing::info!(keys = count, "JWKS read");
+            ring.spawn_refresher(self.jwks_refresh);
+        }
+        Ok(())
     }
 
     /// The shopper making the request.
@@ -171,15 +208,29 @@ impl Auth {
     fn verify(&self, token: &str) -> Result<String, ApiError> {
         let header = decode_header(token)
             .map_err(|_| ApiError::unauthenticated("the bearer token is not a JWT"))?;
-        let (key, validation) = match header.alg {
-            Algorithm::HS256 => self.hs256.as_ref(),
-            Algorithm::RS256 => self.rs256.as_ref(),
-            _ => None,
-        }
         // Which algorithms are configured is none of the caller's business.
-        .ok_or_else(|| {
-            ApiError::unauthenticated("the token's signing algorithm is not accepted")
-        })?;
+        let not_accepted =
+            || ApiError::unauthenticated("the token's signing algorithm is not accepted");
+        let published;
+        let (key, validation) = match (&header.kid, &self.jwks) {
+            (Some(kid), Some((ring, validations))) if header.alg != Algorithm::HS256 => {
+                published = ring.key(kid).ok_or_else(|| {
+                    ApiError::unauthenticated("the token's key (kid) is not known")
+                })?;
+                if published.algorithm != header.alg {
+                    return Err(not_accepted());
+                }
+                let validation = validations.get(&header.alg).ok_or_else(not_accepted)?;
+                (&published.key, validation)
+            }
+            _ => match header.alg {
+                Algorithm::HS256 => self.hs256.as_ref(),
+                Algorithm::RS256 => self.rs256.as_ref(),
+                _ => None,
+            }
+            .map(|(key, validation)| (key, validation))
+            .ok_or_else(not_accepted)?,
+        };
         let claims = decode::<Claims>(token, key, validation)
             .map_err(|e| ApiError::unauthenticated(refusal(&e)))?
             .claims;

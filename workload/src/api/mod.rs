@@ -1,13 +1,15 @@
 //! The shopper HTTP API (axum), exactly per the contract: sale info, purchase,
-//! order status, pay and cancel, and OpenAPI on the public port; health,
-//! readiness and metrics on the internal one.
+//! order status, pay and cancel, the payment provider's callback, and OpenAPI
+//! on the public port; health, readiness and metrics on the internal one.
 
 pub mod auth;
 pub mod error;
 pub mod internal;
+pub mod jwks;
 pub mod limits;
 pub mod openapi;
 pub mod orders;
+pub mod payments;
 pub mod sales;
 pub mod server;
 pub mod transport;
@@ -51,6 +53,9 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// What the last readiness check found.
     pub readiness: Arc<internal::Readiness>,
+    /// The secret the payment provider signs its callbacks with (none:
+    /// callbacks are answered 503).
+    pub payment_secret: Option<Arc<[u8]>>,
 }
 
 /// The client's address (the TCP peer).
@@ -76,7 +81,8 @@ pub fn router(state: AppState, limits: &transport::TransportLimits) -> Router {
     let cut_when_late = Router::new()
         .route("/v1/sales/{sale}", get(sales::get_sale))
         .route("/v1/orders/{order_id}", get(orders::get_order))
-        .route("/v1/orders/{order_id}/pay", post(orders::pay))
+        .route("/v1/orders/{order_id}/pay", post(payments::pay))
+        .route("/v1/payments/callback", post(payments::callback))
         .route("/v1/orders/{order_id}/cancel", post(orders::cancel))
         .route("/openapi.json", get(|| async { Json(openapi::document()) }));
     let routes = Router::new()

@@ -5,6 +5,7 @@ use utoipa::{Modify, OpenApi};
 
 use super::error::ErrorBody;
 use super::orders::{OrderView, PurchaseAccepted, PurchaseRequest};
+use super::payments::{PaymentCallback, PaymentView};
 use super::sales::SaleInfo;
 
 #[derive(OpenApi)]
@@ -14,10 +15,11 @@ use super::sales::SaleInfo;
         super::sales::get_sale,
         super::orders::purchase,
         super::orders::get_order,
-        super::orders::pay,
-        super::orders::cancel
+        super::payments::pay,
+        super::orders::cancel,
+        super::payments::callback
     ),
-    components(schemas(SaleInfo, PurchaseRequest, PurchaseAccepted, OrderView, ErrorBody)),
+    components(schemas(SaleInfo, PurchaseRequest, PurchaseAccepted, OrderView, PaymentView, PaymentCallback, ErrorBody)),
     modifiers(&BearerAuth)
 )]
 struct ApiDoc;

@@ -1,4 +1,5 @@
-//! Purchases and orders: `POST /v1/sales/{sale}/orders`, `GET /v1/orders/{id}`.
+//! Purchases and orders: `POST /v1/sales/{sale}/orders`, `GET /v1/orders/{id}`,
+//! `POST /v1/orders/{id}/cancel`.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -73,7 +74,7 @@ pub struct OrderView {
 /// A request body as a JSON object with known fields only: serde alone
 /// reads a struct from an array (`[5]` would buy five) and ignores unknown
 /// fields (`{"quantiy": 5}` would buy one). An empty body is `{}`.
-fn json_object<T: serde::de::DeserializeOwned>(
+pub(super) fn json_object<T: serde::de::DeserializeOwned>(
     body: Result<Bytes, BytesRejection>,
     shape: &str,
 ) -> Result<T, ApiError> {
@@ -104,7 +105,7 @@ fn json_object<T: serde::de::DeserializeOwned>(
 /// The body of a route that takes none: empty or `{}`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct NoFields {}
+pub(super) struct NoFields {}
 
 fn parse_quantity(body: Result<Bytes, BytesRejection>) -> Result<i64, ApiError> {
     let quantity = json_object::<PurchaseRequest>(body, "{\"quantity\": n}")?.quantity;
@@ -244,42 +245,11 @@ pub async fn get_order(
     Path(order_id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<OrderView>, ApiError> {
-    state.limits.check_client(ip)?;
-    let shopper = state.auth.shopper(&headers)?;
-    state.limits.check_shopper(&shopper)?;
-    let order_id = known_order_id(&state, &order_id)?;
+    let (shopper, order_id) = order_caller(&state, ip, &order_id, &headers)?;
     find_order(&state, &shopper, order_id)
         .await?
         .map(Json)
         .ok_or_else(no_such_order)
-}
-
-/// Pay for an order. Idempotent: paying a paid order answers its status.
-#[utoipa::path(
-    post,
-    path = "/v1/orders/{orderId}/pay",
-    params(("orderId" = Uuid, Path, description = "The order id")),
-    responses(
-        (status = 200, description = "The order, PAID", body = OrderView),
-        (status = 400, description = "INVALID_REQUEST: a body other than {}", body = ErrorBody),
-        (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
-        (status = 404, description = "NOT_FOUND", body = ErrorBody),
-        (status = 409, description = "ORDER_PENDING (with Retry-After) or ORDER_NOT_PAYABLE", body = ErrorBody),
-        (status = 429, description = "RATE_LIMITED, with Retry-After", body = ErrorBody),
-        (status = 503, description = "BUSY: too many requests in flight, or UNAVAILABLE: a dependency is down or the request took too long; with Retry-After", body = ErrorBody),
-    ),
-    security(("bearer" = [])),
-    tag = "orders"
-)]
-pub async fn pay(
-    State(state): State<AppState>,
-    ClientIp(ip): ClientIp,
-    Path(order_id): Path<String>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Json<OrderView>, ApiError> {
-    json_object::<NoFields>(body, "{} (or no body)")?;
-    change(&state, ip, &order_id, &headers, OrderEvent::Pay).await
 }
 
 /// Cancel an order: CANCELLED if unpaid, REFUNDED if paid; its units go back
@@ -308,32 +278,54 @@ pub async fn cancel(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<OrderView>, ApiError> {
     json_object::<NoFields>(body, "{} (or no body)")?;
-    change(&state, ip, &order_id, &headers, OrderEvent::Cancel).await
+    cancel_order(&state, ip, &order_id, &headers).await
 }
 
-/// Applies a shopper's event to their order and answers with the order.
-async fn change(
+/// The shopper behind an order route and the order id, after the rate
+/// limits: a made-up id is refused without I/O.
+pub(super) fn order_caller(
     state: &AppState,
     ip: std::net::IpAddr,
     order_id: &str,
     headers: &HeaderMap,
-    event: OrderEvent,
-) -> Result<Json<OrderView>, ApiError> {
+) -> Result<(String, Uuid), ApiError> {
     state.limits.check_client(ip)?;
     let shopper = state.auth.shopper(headers)?;
     state.limits.check_shopper(&shopper)?;
-    let order_id = known_order_id(state, order_id)?;
+    Ok((shopper, known_order_id(state, order_id)?))
+}
+
+/// Why an order not in the database cannot change: it is being persisted
+/// (retry soon), it failed (`refused`), or there is no such order.
+pub(super) async fn not_persisted(
+    state: &AppState,
+    shopper: &str,
+    order_id: Uuid,
+    refused: impl FnOnce(OrderStatus) -> ApiError,
+) -> ApiError {
+    match find_order(state, shopper, order_id).await {
+        Ok(Some(view)) if view.status == OrderStatus::Failed => refused(view.status),
+        Ok(Some(_)) => ApiError::order_pending(),
+        Ok(None) => no_such_order(),
+        Err(e) => e,
+    }
+}
+
+/// Cancels the shopper's order and answers with the order.
+async fn cancel_order(
+    state: &AppState,
+    ip: std::net::IpAddr,
+    order_id: &str,
+    headers: &HeaderMap,
+) -> Result<Json<OrderView>, ApiError> {
+    let (shopper, order_id) = order_caller(state, ip, order_id, headers)?;
     let refused = |status: OrderStatus| {
-        let (code, verb) = match event {
-            OrderEvent::Pay => ("ORDER_NOT_PAYABLE", "paid"),
-            _ => ("ORDER_NOT_CANCELLABLE", "cancelled"),
-        };
         ApiError::order_conflict(
-            code,
-            format!("a {} order cannot be {verb}", status.as_str()),
+            "ORDER_NOT_CANCELLABLE",
+            format!("a {} order cannot be cancelled", status.as_str()),
         )
     };
-    let outcome = order_rows::apply_event(&state.db, order_id, &shopper, event)
+    let outcome = order_rows::apply_event(&state.db, order_id, &shopper, OrderEvent::Cancel)
         .await
         .map_err(|e| {
             tracing::warn!(error = %e, "order change: database unavailable");
@@ -347,13 +339,7 @@ async fn change(
         EventOutcome::Illegal(status) => return Err(refused(status)),
         // Not persisted: pending in Redis (retry soon), or it failed.
         EventOutcome::NotFound => {
-            // Persisted in between (or about to be): retry soon. A released
-            // reservation is an order that failed.
-            return Err(match find_order(state, &shopper, order_id).await? {
-                Some(view) if view.status == OrderStatus::Failed => refused(view.status),
-                Some(_) => ApiError::order_pending(),
-                None => no_such_order(),
-            });
+            return Err(not_persisted(state, &shopper, order_id, refused).await);
         }
     }
     find_order(state, &shopper, order_id)
@@ -362,7 +348,7 @@ async fn change(
         .ok_or_else(no_such_order)
 }
 
-fn no_such_order() -> ApiError {
+pub(super) fn no_such_order() -> ApiError {
     ApiError::not_found("no such order")
 }
 

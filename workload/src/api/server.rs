@@ -15,6 +15,7 @@ use super::transport::{self, TransportLimits};
 use super::{AppState, internal, router};
 use crate::bus::producer::{OrderProducer, ProducerSettings};
 use crate::catalog::Catalog;
+use crate::domain::payment::MIN_SECRET;
 use crate::intake::Intake;
 use crate::janitor::Janitor;
 use crate::metrics::Metrics;
@@ -43,12 +44,26 @@ pub struct ApiConfig {
     pub limits: LimitConfig,
     /// Producer timeout and linger.
     pub producer: ProducerSettings,
+    /// The secret the payment provider signs its callbacks with, at least
+    /// [`MIN_SECRET`] bytes (none: callbacks are answered 503).
+    pub payment_secret: Option<Vec<u8>>,
 }
 
 /// Connects to Redis, PostgreSQL and Kafka, loads the sales and starts the
 /// background tasks (catalog refresh, rate-limit housekeeping).
 pub async fn build_state(config: &ApiConfig) -> anyhow::Result<AppState> {
     let auth = Auth::new(&config.auth)?;
+    auth.load_keys().await?;
+    match &config.payment_secret {
+        Some(secret) if secret.len() < MIN_SECRET => anyhow::bail!(
+            "the payment callback secret has {} bytes; it needs at least {MIN_SECRET}",
+            secret.len()
+        ),
+        Some(_) => {}
+        None => tracing::warn!(
+            "no payment callback secret: orders cannot be paid (callbacks are answered 503)"
+        ),
+    }
     let redis = RedisConn::connect(&config.redis)
         .await
         .context("failed to connect to Redis")?;
@@ -81,6 +96,7 @@ pub async fn build_state(config: &ApiConfig) -> anyhow::Result<AppState> {
         limits,
         metrics,
         readiness: Arc::default(),
+        payment_secret: config.payment_secret.as_deref().map(Arc::from),
     })
 }
 

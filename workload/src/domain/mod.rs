@@ -3,6 +3,7 @@
 pub mod breaker;
 pub mod invariants;
 pub mod order;
+pub mod payment;
 pub mod purchase;
 pub mod reconcile;
 pub mod sale;

@@ -16,6 +16,8 @@ use jsonwebtoken::{EncodingKey, Header, encode};
 use rand::RngExt;
 use serde::Serialize;
 
+use crate::domain::payment;
+
 pub use evidence::{Told, gather};
 
 /// How shoppers prove who they are.
@@ -50,6 +52,10 @@ pub struct StormConfig {
     pub max_quantity: i64,
     /// Share of accepted orders then paid.
     pub pay: f64,
+    /// The payment provider's callback secret: a started payment is then
+    /// confirmed as the provider would (a signed callback); without it,
+    /// payments are only started and orders stay UNPAID.
+    pub payment_secret: Option<Vec<u8>>,
     /// Share of accepted orders then cancelled.
     pub cancel: f64,
     /// Identity.
@@ -241,14 +247,50 @@ impl Shared {
                 sent.elapsed(),
             );
             if status == 200 {
-                let counter = if verb == "pay" {
-                    &self.paid
-                } else {
-                    &self.cancelled
-                };
-                counter.fetch_add(1, Ordering::Relaxed);
+                if verb == "cancel" {
+                    self.cancelled.fetch_add(1, Ordering::Relaxed);
+                } else if let Some(secret) = &self.config.payment_secret {
+                    self.confirm_payment(secret, &body).await;
+                }
             }
             return;
+        }
+    }
+
+    /// Confirms a started payment as the provider does: a signed callback
+    /// saying it succeeded.
+    async fn confirm_payment(&self, secret: &[u8], started: &serde_json::Value) {
+        let body = serde_json::json!({
+            "paymentId": started["paymentId"],
+            "orderId": started["orderId"],
+            "outcome": "succeeded",
+        })
+        .to_string();
+        let signature = payment::sign(secret, chrono::Utc::now().timestamp(), body.as_bytes());
+        let sent = Instant::now();
+        let Ok(response) = self
+            .client
+            .post(format!("{}/v1/payments/callback", self.config.url))
+            .header(payment::SIGNATURE_HEADER, signature)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .send()
+            .await
+        else {
+            return;
+        };
+        let status = response.status().as_u16();
+        let answer: serde_json::Value = response.json().await.unwrap_or_default();
+        self.record(
+            format!(
+                "PAYMENT CALLBACK {status} {}",
+                answer["code"].as_str().unwrap_or_default()
+            )
+            .trim_end(),
+            sent.elapsed(),
+        );
+        if answer["status"] == "PAID" {
+            self.paid.fetch_add(1, Ordering::Relaxed);
         }
     }
 

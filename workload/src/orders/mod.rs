@@ -2,6 +2,7 @@
 //! The schema is in `migrations/`, embedded into the binary.
 
 pub mod order;
+pub mod payment;
 pub mod reconciliation;
 pub mod sales;
 

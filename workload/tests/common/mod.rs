@@ -9,6 +9,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use flashsale_testkit as stack;
 use flashsale_workload::api::auth::AuthConfig;
+use flashsale_workload::api::jwks::JwksSource;
 use flashsale_workload::api::limits::LimitConfig;
 use flashsale_workload::api::server::{ApiConfig, Listeners, build_state, serve_on};
 use flashsale_workload::api::transport::TransportLimits;
@@ -37,6 +38,9 @@ pub fn token(sub: &str, exp_offset: i64, secret: &[u8]) -> String {
 
 /// The HS256 secret the test APIs accept.
 pub const JWT_SECRET: &[u8] = b"flashsale-test-secret-of-32-bytes-or-more";
+
+/// The secret the test payment provider signs its callbacks with.
+pub const PAYMENT_SECRET: &[u8] = b"flashsale-test-payment-provider-secret";
 
 /// Test logs: warnings and errors of the code under test, shown for failing tests.
 pub fn init_logs() {
@@ -168,6 +172,9 @@ pub struct ApiOptions {
     /// Shoppers prove who they are with HS256 tokens (else the development
     /// identity header: the API takes one or the other, never both).
     pub jwt: bool,
+    /// Tokens are verified with the keys of this JWKS only (read again
+    /// every second).
+    pub jwks: Option<JwksSource>,
 }
 
 impl ApiOptions {
@@ -181,6 +188,7 @@ impl ApiOptions {
             produce_timeout: Duration::from_secs(3),
             transport: TransportLimits::default(),
             jwt: false,
+            jwks: None,
         }
     }
 }
@@ -208,10 +216,17 @@ impl TestApi {
             redis: options.redis,
             database_url: database_url_of(&options.database),
             kafka: options.kafka,
-            auth: AuthConfig {
-                hs256_secret: options.jwt.then(|| JWT_SECRET.to_vec()),
-                dev_identity: !options.jwt,
-                ..AuthConfig::default()
+            auth: match options.jwks {
+                Some(source) => AuthConfig {
+                    jwks: Some(source),
+                    jwks_refresh: Duration::from_secs(1),
+                    ..AuthConfig::default()
+                },
+                None => AuthConfig {
+                    hs256_secret: options.jwt.then(|| JWT_SECRET.to_vec()),
+                    dev_identity: !options.jwt,
+                    ..AuthConfig::default()
+                },
             },
             limits: LimitConfig {
                 global_per_sec: 0,
@@ -222,6 +237,7 @@ impl TestApi {
                 timeout: options.produce_timeout,
                 ..ProducerSettings::default()
             },
+            payment_secret: Some(PAYMENT_SECRET.to_vec()),
         };
         let state = build_state(&config).await.unwrap();
         let listeners = Listeners::bind(&config).unwrap();
@@ -322,6 +338,32 @@ impl TestApi {
             .post(format!("{}/v1/orders/{order}/{action}", self.url));
         let response = self.identify(request, shopper).send().await.unwrap();
         Answer::read(response).await
+    }
+
+    /// The payment provider's callback: `body` with a `Signature` header
+    /// (none if `signature` is `None`).
+    pub async fn payment_callback(&self, body: &str, signature: Option<String>) -> Answer {
+        let mut request = self
+            .client
+            .post(format!("{}/v1/payments/callback", self.url))
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(signature) = signature {
+            request = request.header("signature", signature);
+        }
+        Answer::read(request.send().await.unwrap()).await
+    }
+
+    /// The provider says `outcome` of `payment` for `order`, signed now.
+    pub async fn provider_says(&self, payment: &str, order: Uuid, outcome: &str) -> Answer {
+        let body = serde_json::json!({"paymentId": payment, "orderId": order, "outcome": outcome})
+            .to_string();
+        let signature = flashsale_workload::domain::payment::sign(
+            PAYMENT_SECRET,
+            chrono::Utc::now().timestamp(),
+            body.as_bytes(),
+        );
+        self.payment_callback(&body, Some(signature)).await
     }
 
     /// GET an order as `shopper`.
