@@ -679,7 +679,7 @@ pub async fn reconcile(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeue,
 }
 
 /// An invalid resource waits for a change; a deletion waiting for its orders
-/// looks again in 2 s; anything else backs off, 1 s doubling to a minute,
+/// looks again in 2 s; anything else backs off, 1 s doubling to 10 s,
 /// jittered so sales failing on one outage do not retry in step.
 pub fn error_policy(fs: Arc<FlashSale>, error: &Error, ctx: Arc<Context>) -> Requeue {
     match error {

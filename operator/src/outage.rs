@@ -98,11 +98,18 @@ pub async fn report(ctx: &Context, fs: &FlashSale, reason: &'static str, message
     }
 }
 
+/// The longest wait between two attempts at a failing sale, before jitter.
+/// Short: the status says Degraded until the next attempt succeeds, so a
+/// dependency that comes back is seen within 1.5 times this, and a sale's
+/// window keeps moving (a minute's cap kept a recovered sale Degraded for
+/// up to 90 s). A failed attempt costs one request to the failing service.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
 /// How long to wait after the `failures`-th failure in a row: 1 s doubling
-/// to 60 s, times a random factor in [0.5, 1.5) so many sales failing on one
-/// outage do not come back in step.
+/// to [`MAX_BACKOFF`], times a random factor in [0.5, 1.5) so many sales
+/// failing on one outage do not come back in step.
 pub fn backoff(failures: u32, jitter: f64) -> Duration {
-    let base = Duration::from_secs(1u64 << failures.min(6)).min(Duration::from_secs(60));
+    let base = Duration::from_secs(1u64 << failures.min(6)).min(MAX_BACKOFF);
     base.mul_f64(0.5 + jitter.clamp(0.0, 1.0))
 }
 
@@ -132,7 +139,11 @@ mod tests {
         assert_eq!(secs(0, 0.5), 1.0);
         assert_eq!(secs(1, 0.5), 2.0);
         assert_eq!(secs(3, 0.5), 8.0);
-        assert_eq!(secs(10, 0.5), 60.0, "capped");
+        assert_eq!(secs(10, 0.5), 10.0, "capped");
+        assert!(
+            (0..100).all(|n| backoff(n, 1.0) <= MAX_BACKOFF.mul_f64(1.5)),
+            "a recovered dependency is seen within 1.5 × MAX_BACKOFF"
+        );
         assert_eq!(secs(3, 0.0), 4.0, "half at the low end");
         assert!(secs(3, 0.999) < 12.0);
     }

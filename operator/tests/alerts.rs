@@ -2,8 +2,8 @@
 //! which loads the chart's alert rules): during a live sale every query of
 //! the chart's Grafana dashboard returns data, and a real fault fires a real
 //! alert — Kafka stopped, the sale turns Degraded and `FlashSaleDegraded` is
-//! firing within its `for` plus a scrape and an evaluation; Kafka back, it
-//! resolves. (This binary stops Kafka of the shared stack: it holds nothing
+//! firing within its `for` plus a scrape and an evaluation; Kafka back, the
+//! status clears within the operator's retry backoff and the alert resolves. (This binary stops Kafka of the shared stack: it holds nothing
 //! else.)
 
 mod common;
@@ -14,6 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use flashsale_operator::crd::FlashSale;
+use flashsale_operator::outage::MAX_BACKOFF;
 use flashsale_testkit as stack;
 use kube::Api;
 
@@ -276,6 +277,34 @@ async fn kafka_down_fires_the_degraded_alert_and_every_panel_has_data() {
 
     drop(down);
     let back = Instant::now();
+    // The operator's next attempt comes within 1.5 × its longest backoff;
+    // the rest is Kafka's start on a busy machine and the attempt itself.
+    let recovery_bound = MAX_BACKOFF.mul_f64(1.5) + Duration::from_secs(45);
+    let degraded_now = || async {
+        let conditions = sales.get("watched").await.ok()?.status?.conditions;
+        conditions.into_iter().find(|c| c.type_ == "Degraded")
+    };
+    let cleared = tokio::time::timeout(recovery_bound, async {
+        loop {
+            match degraded_now().await {
+                Some(c) if c.status == "False" => return,
+                _ => tokio::time::sleep(Duration::from_millis(250)).await,
+            }
+        }
+    })
+    .await;
+    assert!(
+        cleared.is_ok(),
+        "still Degraded {} s after Kafka was back (bound {} s): {:?}",
+        back.elapsed().as_secs(),
+        recovery_bound.as_secs(),
+        degraded_now().await
+    );
+    println!(
+        "Kafka back: Degraded cleared in the status {:.1} s later (bound {} s)",
+        back.elapsed().as_secs_f64(),
+        recovery_bound.as_secs()
+    );
     common::wait_for(
         Duration::from_secs(120),
         "FlashSaleDegraded to resolve",

@@ -12,6 +12,10 @@ use super::client_config;
 /// How long an admin request may take.
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a metadata request may wait for a broker connection and its
+/// answer: a broker just back, on a busy machine, takes more than 2 s.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A Kafka admin client.
 pub struct Admin {
     client: Arc<AdminClient<DefaultClientContext>>,
@@ -169,7 +173,7 @@ impl Admin {
                 .map(|name| {
                     let metadata = client
                         .inner()
-                        .fetch_metadata(Some(name), Duration::from_secs(2))?;
+                        .fetch_metadata(Some(name), METADATA_TIMEOUT)?;
                     Ok(metadata
                         .topics()
                         .iter()
@@ -193,9 +197,7 @@ impl Admin {
             let client = self.client.clone();
             let name = topic.to_string();
             let metadata = tokio::task::spawn_blocking(move || {
-                client
-                    .inner()
-                    .fetch_metadata(Some(&name), Duration::from_secs(2))
+                client.inner().fetch_metadata(Some(&name), METADATA_TIMEOUT)
             })
             .await
             .expect("metadata fetch does not panic")?;
