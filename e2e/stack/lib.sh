@@ -39,6 +39,11 @@ REDIS_PORT=${FLASHSALE_REDIS_PORT:-16379}
 # The Redis Cluster: 3 masters and a replica each (their cluster bus ports
 # are these + 10000).
 REDIS_CLUSTER_PORTS=(17001 17002 17003 17004 17005 17006)
+# Redis with Sentinel: a primary and its replica (the first port starts as
+# primary), watched by three Sentinels (quorum 2) as service "flashsale".
+REDIS_REPLICATED_PORTS=(16381 16382)
+REDIS_SENTINEL_PORTS=(26381 26382 26383)
+REDIS_SENTINEL_SERVICE=flashsale
 PG_PORT=${FLASHSALE_PG_PORT:-15432}
 KAFKA_PORT=${FLASHSALE_KAFKA_PORT:-19092}
 KAFKA_CONTROLLER_PORT=19093

@@ -6,6 +6,9 @@ source "$(dirname "$0")/lib.sh"
 cluster_urls=()
 for port in "${REDIS_CLUSTER_PORTS[@]}"; do cluster_urls+=("redis://127.0.0.1:$port"); done
 cluster_csv=$(IFS=,; echo "${cluster_urls[*]}")
+sentinels=()
+for port in "${REDIS_SENTINEL_PORTS[@]}"; do sentinels+=("127.0.0.1:$port"); done
+sentinel_csv=$(IFS=,; echo "${sentinels[*]}")
 
 cat >"$ENV_FILE.tmp" <<ENV
 # Written by e2e/stack/write-env.sh: source it (. $ENV_FILE).
@@ -14,6 +17,7 @@ export PATH="$K8S_BIN:$ETCD_BIN:$HELM_BIN:$REPO_DIR/target/debug:\$PATH"
 export KUBECONFIG='$RUN_DIR/kubeconfig'
 export REDIS_URL='redis://127.0.0.1:$REDIS_PORT'
 export REDIS_CLUSTER_URLS='$cluster_csv'
+export REDIS_SENTINEL_URL='redis-sentinel://$sentinel_csv/$REDIS_SENTINEL_SERVICE'
 export DATABASE_URL='postgres://postgres@127.0.0.1:$PG_PORT/flashsale'
 export KAFKA_BOOTSTRAP='127.0.0.1:$KAFKA_PORT'
 export FLASHSALE_RUN='$RUN_DIR'

@@ -77,6 +77,12 @@ pub fn redis_url() -> String {
     var("REDIS_URL")
 }
 
+/// The Sentinels watching the stack's primary/replica pair, e.g.
+/// `redis-sentinel://127.0.0.1:26381,.../flashsale`.
+pub fn redis_sentinel_url() -> String {
+    var("REDIS_SENTINEL_URL")
+}
+
 /// The seed nodes of the 3-master Redis Cluster.
 pub fn redis_cluster_urls() -> Vec<String> {
     var("REDIS_CLUSTER_URLS")

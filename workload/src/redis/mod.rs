@@ -1,8 +1,10 @@
-//! Thin adapter over Redis: one connection type for a single node or a Redis
-//! Cluster, the key layout ([`keys`]) and the Lua scripts ([`scripts`]).
+//! Thin adapter over Redis: one connection type for a single node, a Redis
+//! Cluster or a Sentinel-watched primary, the key layout ([`keys`]) and the
+//! Lua scripts ([`scripts`]).
 
 pub mod keys;
 pub mod scripts;
+pub mod sentinel;
 pub mod store;
 
 use std::time::Duration;
@@ -11,22 +13,48 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
+use sentinel::SentinelConn;
 
-/// Where Redis is: `redis://host:port` for one node, or
-/// `redis-cluster://host:port,host:port,...` for the seed nodes of a cluster.
+/// Where Redis is: `redis://host:port` for one node,
+/// `redis-cluster://host:port,host:port,...` for the seed nodes of a cluster,
+/// or `redis-sentinel://host:port,host:port,.../service` for the Sentinels
+/// watching a primary and its replicas.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RedisTarget {
     /// A single Redis server.
     Node(String),
     /// Seed nodes of a Redis Cluster, as `redis://host:port` URLs.
     Cluster(Vec<String>),
+    /// The Sentinels (as `redis://host:port` URLs) and the service they watch.
+    Sentinel {
+        /// The Sentinels.
+        sentinels: Vec<String>,
+        /// The name they know the primary by (`sentinel monitor <name> ...`).
+        service: String,
+    },
 }
 
 impl std::str::FromStr for RedisTarget {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        if let Some(seeds) = s.strip_prefix("redis-cluster://") {
+        if let Some(rest) = s.strip_prefix("redis-sentinel://") {
+            let (hosts, service) = rest.split_once('/').unwrap_or((rest, ""));
+            let sentinels: Vec<String> = hosts
+                .split(',')
+                .filter(|n| !n.is_empty())
+                .map(|n| format!("redis://{n}"))
+                .collect();
+            if sentinels.is_empty() || service.is_empty() {
+                return Err(format!(
+                    "{s:?} is not redis-sentinel://host:port,host:port/service"
+                ));
+            }
+            Ok(Self::Sentinel {
+                sentinels,
+                service: service.to_string(),
+            })
+        } else if let Some(seeds) = s.strip_prefix("redis-cluster://") {
             let nodes: Vec<String> = seeds
                 .split(',')
                 .filter(|n| !n.is_empty())
@@ -40,7 +68,7 @@ impl std::str::FromStr for RedisTarget {
             Ok(Self::Node(s.to_string()))
         } else {
             Err(format!(
-                "{s:?} is not redis://host:port nor redis-cluster://host:port,host:port"
+                "{s:?} is not redis://host:port, redis-cluster://host:port,host:port nor redis-sentinel://host:port,host:port/service"
             ))
         }
     }
@@ -56,6 +84,8 @@ pub enum RedisConn {
     Node(ConnectionManager),
     /// A Redis Cluster; commands are routed by slot.
     Cluster(ClusterConnection),
+    /// The primary Redis Sentinel names, followed across failovers.
+    Sentinel(SentinelConn),
 }
 
 fn node_config() -> ConnectionManagerConfig {
@@ -84,6 +114,9 @@ impl RedisConn {
                     .build()?;
                 Ok(Self::Cluster(client.get_async_connection().await?))
             }
+            RedisTarget::Sentinel { sentinels, service } => Ok(Self::Sentinel(
+                SentinelConn::connect(sentinels, service).await?,
+            )),
         }
     }
 
@@ -103,6 +136,7 @@ impl ConnectionLike for RedisConn {
         match self {
             Self::Node(c) => c.req_packed_command(cmd),
             Self::Cluster(c) => c.req_packed_command(cmd),
+            Self::Sentinel(c) => Box::pin(c.command(cmd)),
         }
     }
 
@@ -115,6 +149,7 @@ impl ConnectionLike for RedisConn {
         match self {
             Self::Node(c) => c.req_packed_commands(pipeline, offset, count),
             Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Sentinel(c) => Box::pin(c.pipeline(pipeline, offset, count)),
         }
     }
 
@@ -122,6 +157,7 @@ impl ConnectionLike for RedisConn {
         match self {
             Self::Node(c) => c.get_db(),
             Self::Cluster(c) => c.get_db(),
+            Self::Sentinel(_) => 0,
         }
     }
 }
@@ -143,6 +179,19 @@ mod tests {
                 "redis://127.0.0.1:2".into()
             ]))
         );
+        assert_eq!(
+            "redis-sentinel://127.0.0.1:1,127.0.0.1:2/shop".parse::<RedisTarget>(),
+            Ok(RedisTarget::Sentinel {
+                sentinels: vec!["redis://127.0.0.1:1".into(), "redis://127.0.0.1:2".into()],
+                service: "shop".into(),
+            })
+        );
+        assert!(
+            "redis-sentinel://127.0.0.1:1"
+                .parse::<RedisTarget>()
+                .is_err()
+        );
+        assert!("redis-sentinel:///shop".parse::<RedisTarget>().is_err());
         assert!("redis-cluster://".parse::<RedisTarget>().is_err());
         assert!("127.0.0.1:6379".parse::<RedisTarget>().is_err());
     }

@@ -1,0 +1,163 @@
+//! A Sentinel-watched Redis primary: commands go to the node the Sentinels
+//! name; a connection failure or a READONLY answer (a primary demoted by a
+//! failover) makes the connection ask them again, and a command that provably
+//! did not run goes once more to the primary they name.
+
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::sentinel::{SentinelClient, SentinelServerType};
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisResult, ServerErrorKind, Value};
+
+use super::node_config;
+
+/// The shortest time between two questions to the Sentinels: during a
+/// failover every command fails, and each must not become a Sentinel query.
+const MIN_REDISCOVERY_GAP: Duration = Duration::from_millis(250);
+
+/// How long the Sentinels may take to name the primary.
+const SENTINEL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The primary as last named by the Sentinels, and how to ask again.
+#[derive(Clone)]
+pub struct SentinelConn {
+    sentinels: Arc<tokio::sync::Mutex<(SentinelClient, Option<Instant>)>>,
+    primary: Arc<RwLock<(String, ConnectionManager)>>,
+}
+
+/// Whether `e` says the connection no longer reaches the primary.
+fn primary_moved(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || e.is_timeout()
+        || e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+}
+
+/// Whether `e` proves the request never ran: the connection was refused, or
+/// a replica refused to write.
+fn never_ran(e: &RedisError) -> bool {
+    e.is_connection_refusal() || e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+}
+
+impl SentinelConn {
+    /// Asks the `sentinels` (`redis://host:port` URLs) for the primary of
+    /// `service` and connects to it.
+    pub async fn connect(sentinels: &[String], service: &str) -> RedisResult<Self> {
+        let mut client = SentinelClient::build(
+            sentinels.to_vec(),
+            service.to_string(),
+            None,
+            SentinelServerType::Master,
+        )?;
+        let primary = Self::primary_of(&mut client).await?;
+        Ok(Self {
+            sentinels: Arc::new(tokio::sync::Mutex::new((client, Some(Instant::now())))),
+            primary: Arc::new(RwLock::new(primary)),
+        })
+    }
+
+    async fn primary_of(client: &mut SentinelClient) -> RedisResult<(String, ConnectionManager)> {
+        let node = client.async_get_client().await?;
+        let address = node.get_connection_info().addr().to_string();
+        let connection = ConnectionManager::new_with_config(node, node_config()).await?;
+        Ok((address, connection))
+    }
+
+    /// The address of the primary commands go to now.
+    pub fn primary_address(&self) -> String {
+        self.primary
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .clone()
+    }
+
+    fn current(&self) -> ConnectionManager {
+        self.primary
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .clone()
+    }
+
+    /// Asks the Sentinels for the primary again (at most once per
+    /// [`MIN_REDISCOVERY_GAP`], by one caller at a time: the others fail
+    /// at once rather than queue behind it) and switches to it if it moved;
+    /// returns whether it switched.
+    async fn rediscover(&self) -> bool {
+        let Ok(mut guard) = self.sentinels.try_lock() else {
+            return false;
+        };
+        let (client, last) = &mut *guard;
+        if last.is_some_and(|at| at.elapsed() < MIN_REDISCOVERY_GAP) {
+            return false;
+        }
+        *last = Some(Instant::now());
+        match tokio::time::timeout(SENTINEL_TIMEOUT, self.follow(client)).await {
+            Ok(Ok(switched)) => switched,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "Redis Sentinels or the primary they name unreachable");
+                false
+            }
+            Err(_) => {
+                tracing::warn!("Redis Sentinels did not name a reachable primary in time");
+                false
+            }
+        }
+    }
+
+    /// Switches to the primary the Sentinels name, if it is not the current
+    /// one; returns whether it switched.
+    async fn follow(&self, client: &mut SentinelClient) -> RedisResult<bool> {
+        let node = client.async_get_client().await?;
+        let address = node.get_connection_info().addr().to_string();
+        if address == self.primary_address() {
+            return Ok(false);
+        }
+        let connection = ConnectionManager::new_with_config(node, node_config()).await?;
+        tracing::warn!(primary = %address, "Redis Sentinel names a new primary");
+        *self.primary.write().unwrap_or_else(|e| e.into_inner()) = (address, connection);
+        Ok(true)
+    }
+
+    /// Runs `request` on the current primary. A failure that says the primary
+    /// moved makes it ask the Sentinels; when they name another primary and
+    /// the request provably did not run (refused connection, or a replica's
+    /// READONLY: a replica writes nothing), it runs once more there. Anything
+    /// else is the caller's to retry: only it knows whether its request may
+    /// run twice.
+    async fn on_primary<T, F>(&self, request: impl Fn(ConnectionManager) -> F) -> RedisResult<T>
+    where
+        F: Future<Output = RedisResult<T>>,
+    {
+        match request(self.current()).await {
+            Err(e) if primary_moved(&e) => {
+                if self.rediscover().await && never_ran(&e) {
+                    request(self.current()).await
+                } else {
+                    Err(e)
+                }
+            }
+            result => result,
+        }
+    }
+
+    /// One command on the primary, as [`SentinelConn::on_primary`] says.
+    pub async fn command(&self, cmd: &Cmd) -> RedisResult<Value> {
+        self.on_primary(|mut c| async move { c.req_packed_command(cmd).await })
+            .await
+    }
+
+    /// A pipeline on the primary, as [`SentinelConn::on_primary`] says.
+    pub async fn pipeline(
+        &self,
+        pipeline: &Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        self.on_primary(|mut c| async move { c.req_packed_commands(pipeline, offset, count).await })
+            .await
+    }
+}
