@@ -128,7 +128,7 @@ dry_run existing-secrets -f "$LOCAL_VALUES" \
   --set operator.serviceAccount.create=false --set operator.serviceAccount.name=op
 dry_run jwks-configmap --set jwt.hs256.enabled=false --set jwt.jwks.existingConfigMap=idp-jwks
 dry_run jwks-url --set jwt.hs256.enabled=false --set jwt.jwks.url=https://id.example/.well-known/jwks.json
-dry_run redis-sentinel --set redis.url=redis-sentinel://redis-sentinel:26379,redis-sentinel-1:26379/flashsale
+dry_run redis-sentinel --set 'redis.url=redis-sentinel://redis-sentinel:26379\,redis-sentinel-1:26379/flashsale'
 dry_run operator-only --set api.enabled=false --set rbac.create=false \
   --set operator.podDisruptionBudget.enabled=false --set crds.enabled=false
 
