@@ -52,7 +52,7 @@ impl Drop for Restart {
     }
 }
 
-/// SIGKILLs the stack's Redis process `name` (its pid file).
+/// SIGKILLs the stack's Redis process `name` (its pid file) and waits until it is gone.
 fn kill(name: &str) {
     let pid = std::fs::read_to_string(stack::run_dir().join(format!("pids/{name}.pid")))
         .unwrap_or_else(|e| panic!("no pid file for {name}: {e}"));
@@ -61,6 +61,20 @@ fn kill(name: &str) {
         .status()
         .unwrap();
     assert!(status.success(), "kill {name}");
+    // Gone before anything restarts it: redis.sh starts only what is not
+    // running, and a dying process still counts as running.
+    let stat = format!("/proc/{}/stat", pid.trim());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(&stat).is_ok_and(|s| {
+        s.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    }) {
+        assert!(
+            Instant::now() < deadline,
+            "{name} still alive 10 s after SIGKILL"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// What the storm's shoppers were told, first answers and retries.
