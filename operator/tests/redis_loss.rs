@@ -52,29 +52,9 @@ impl Drop for Restart {
     }
 }
 
-/// SIGKILLs the stack's Redis process `name` (its pid file) and waits until it is gone.
+/// SIGKILLs the stack's Redis process `name` and waits until it is gone.
 fn kill(name: &str) {
-    let pid = std::fs::read_to_string(stack::run_dir().join(format!("pids/{name}.pid")))
-        .unwrap_or_else(|e| panic!("no pid file for {name}: {e}"));
-    let status = Command::new("kill")
-        .args(["-KILL", pid.trim()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill {name}");
-    // Gone before anything restarts it: redis.sh starts only what is not
-    // running, and a dying process still counts as running.
-    let stat = format!("/proc/{}/stat", pid.trim());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::fs::read_to_string(&stat).is_ok_and(|s| {
-        s.rsplit_once(") ")
-            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
-    }) {
-        assert!(
-            Instant::now() < deadline,
-            "{name} still alive 10 s after SIGKILL"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert!(stack::kill_stack_process(name), "kill {name}");
 }
 
 /// What the storm's shoppers were told, first answers and retries.

@@ -215,29 +215,12 @@ pub fn run(program: &str, args: &[&str]) {
     }
 }
 
-/// SIGKILLs the stack's process `name` (by its pid file) and waits until it
-/// is gone: a JVM takes a while to die, and a script asked to start it again
-/// meanwhile finds it "already running" and starts nothing (a kafka-kill run
-/// left the broker down for the rest of the chaos runs).
+/// SIGKILLs the stack's process `name` and waits until it is gone (a
+/// kafka-kill run once restarted a dying JVM: the broker stayed down).
 pub fn kill_stack_process(name: &str) {
-    let Ok(pid) = std::fs::read_to_string(stack::run_dir().join(format!("pids/{name}.pid"))) else {
-        return;
-    };
-    let pid = pid.trim();
-    run("kill", &["-KILL", pid]);
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while alive(pid) && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
+    if !stack::kill_stack_process(name) {
+        eprintln!("chaos: could not kill {name}");
     }
-}
-
-/// Whether the process `pid` exists and is not a zombie.
-fn alive(pid: &str) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        // The state follows the command name in parentheses.
-        stat.rsplit_once(") ")
-            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
-    })
 }
 
 /// Starts the stack's service `service` again through its script (`up`, or

@@ -195,6 +195,36 @@ pub async fn fresh_database_url() -> String {
     format!("{server}/{name}")
 }
 
+/// SIGKILLs the stack's process `name` (its pid file under the run dir) and
+/// waits until it is gone: the stack scripts start only what is not running,
+/// and a dying process (a JVM takes a while) still counts as running, so a
+/// restart right after the kill would start nothing. Returns whether a
+/// process was killed.
+pub fn kill_stack_process(name: &str) -> bool {
+    let Ok(pid) = std::fs::read_to_string(run_dir().join(format!("pids/{name}.pid"))) else {
+        return false;
+    };
+    let pid = pid.trim();
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", pid])
+        .status()
+        .is_ok_and(|s| s.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while alive(pid) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    killed
+}
+
+/// Whether the process `pid` exists and is not a zombie.
+fn alive(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // The state follows the command name in parentheses.
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
