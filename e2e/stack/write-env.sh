@@ -12,7 +12,7 @@ sentinel_csv=$(IFS=,; echo "${sentinels[*]}")
 
 cat >"$ENV_FILE.tmp" <<ENV
 # Written by e2e/stack/write-env.sh: source it (. $ENV_FILE).
-# kubectl, etcd, helm, and the debug build (the `kubectl flashsale` plugin).
+# kubectl, etcd, helm, and the debug build (the kubectl flashsale plugin).
 export PATH="$K8S_BIN:$ETCD_BIN:$HELM_BIN:$REPO_DIR/target/debug:\$PATH"
 export KUBECONFIG='$RUN_DIR/kubeconfig'
 export REDIS_URL='redis://127.0.0.1:$REDIS_PORT'

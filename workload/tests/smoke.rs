@@ -156,3 +156,26 @@ async fn kafka_idempotent_produce_consume_commit_and_lag() {
         .await
         .unwrap();
 }
+
+/// A sale goes Live once its topics are made: every partition must then take
+/// requests at once, not merely be named with a leader in the metadata (the
+/// broker creates a new topic's partitions one by one after it says so; a
+/// produce in between waits, and on a busy broker times out).
+#[tokio::test]
+async fn a_created_topic_serves_every_partition_at_once() {
+    let bootstrap = stack::kafka_bootstrap();
+    let sale = SaleRef::new("smoke", &stack::unique_name("wide")).unwrap();
+    let topics = [
+        bus::topics::orders_topic(&sale),
+        bus::topics::dead_letter_topic(&sale),
+    ];
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let admin = Admin::new(&bootstrap).unwrap();
+    admin.ensure_topics(&names, 48).await.unwrap();
+    let lag = LagReader::new(&bootstrap, &bus::topics::consumer_group(&sale)).unwrap();
+    for topic in &names {
+        let read = lag.read(topic).await;
+        assert!(read.is_ok(), "{topic} right after ensure_topics: {read:?}");
+    }
+    admin.delete_topics(&names).await.unwrap();
+}

@@ -3,8 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use rdkafka::Offset;
 use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::error::RDKafkaErrorCode;
 
 use super::client_config;
@@ -19,6 +21,8 @@ const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
 /// A Kafka admin client.
 pub struct Admin {
     client: Arc<AdminClient<DefaultClientContext>>,
+    /// Asks partitions for their offsets: the proof that their leader serves.
+    probe: Arc<BaseConsumer>,
     durability: TopicDurability,
 }
 
@@ -49,8 +53,8 @@ pub enum AdminError {
     /// The client could not be built or the request not sent.
     #[error("kafka admin request failed: {0}")]
     Kafka(#[from] rdkafka::error::KafkaError),
-    /// A created topic still has partitions without a leader.
-    #[error("kafka topic {0} has partitions without a leader after 10 s")]
+    /// A created topic still has partitions without a leader that serves.
+    #[error("kafka topic {0} has partitions without a serving leader after 10 s")]
     NoLeader(String),
     /// The broker refused the change for one topic or group.
     #[error("kafka refused to {action} {topic}: {code}")]
@@ -70,6 +74,7 @@ impl Admin {
     pub fn new(bootstrap: &str) -> Result<Self, AdminError> {
         Ok(Self {
             client: Arc::new(client_config(bootstrap).create()?),
+            probe: Arc::new(client_config(bootstrap).create()?),
             durability: TopicDurability::default(),
         })
     }
@@ -87,7 +92,8 @@ impl Admin {
 
     /// Creates each topic with `partitions` partitions (an existing one with
     /// fewer grows to that many) and waits until every partition has a
-    /// leader, so producers and lag readers can use them at once (idempotent).
+    /// leader that serves it, so producers and lag readers can use them at
+    /// once (idempotent).
     pub async fn ensure_topics(&self, names: &[&str], partitions: i32) -> Result<(), AdminError> {
         let replicas = self.durability.replication_factor;
         let min_insync = self.durability.min_insync_replicas.to_string();
@@ -191,25 +197,38 @@ impl Admin {
         })
     }
 
+    /// Waits until the metadata names a leader for every partition of `topic`
+    /// and every one of them answers a ListOffsets request: the broker
+    /// publishes a new partition's leader before it has taken the partition up,
+    /// and a produce in between waits (on a busy broker, past its timeout).
     async fn wait_for_leaders(&self, topic: &str) -> Result<(), AdminError> {
         let deadline = tokio::time::Instant::now() + ADMIN_TIMEOUT;
         loop {
             let client = self.client.clone();
+            let probe = self.probe.clone();
             let name = topic.to_string();
-            let metadata = tokio::task::spawn_blocking(move || {
-                client.inner().fetch_metadata(Some(&name), METADATA_TIMEOUT)
+            let serving = tokio::task::spawn_blocking(move || {
+                let metadata = client
+                    .inner()
+                    .fetch_metadata(Some(&name), METADATA_TIMEOUT)?;
+                let led: Option<Vec<i32>> = metadata
+                    .topics()
+                    .iter()
+                    .find(|t| t.name() == name && t.error().is_none())
+                    .filter(|t| !t.partitions().is_empty())
+                    .and_then(|t| {
+                        t.partitions()
+                            .iter()
+                            .map(|p| (p.leader() >= 0 && p.error().is_none()).then_some(p.id()))
+                            .collect()
+                    });
+                Ok::<_, rdkafka::error::KafkaError>(led.is_some_and(|partitions| {
+                    super::lag::list_offsets(&probe, &name, &partitions, Offset::End).is_ok()
+                }))
             })
             .await
             .expect("metadata fetch does not panic")?;
-            let ready = metadata.topics().iter().any(|t| {
-                t.name() == topic
-                    && t.error().is_none()
-                    && !t.partitions().is_empty()
-                    && t.partitions()
-                        .iter()
-                        .all(|p| p.leader() >= 0 && p.error().is_none())
-            });
-            if ready {
+            if serving {
                 return Ok(());
             }
             if tokio::time::Instant::now() >= deadline {

@@ -103,25 +103,8 @@ fn read_blocking(consumer: &BaseConsumer, topic: &str) -> Result<GroupLag, LagEr
         .iter()
         .map(|p| p.id())
         .collect();
-    // ListOffsets takes timestamps: -1 asks for the newest offset, -2 the oldest.
-    let list = |at: Offset| -> Result<Vec<i64>, LagError> {
-        let mut tpl = TopicPartitionList::new();
-        for &p in &partitions {
-            tpl.add_partition_offset(topic, p, at)?;
-        }
-        let found = consumer.offsets_for_times(tpl, LAG_TIMEOUT)?;
-        partitions
-            .iter()
-            .map(
-                |&p| match found.find_partition(topic, p).map(|e| e.offset()) {
-                    Some(Offset::Offset(o)) => Ok(o),
-                    other => Err(LagError(format!("no offset for {topic}/{p}: {other:?}"))),
-                },
-            )
-            .collect()
-    };
-    let latest = list(Offset::End)?;
-    let earliest = list(Offset::Beginning)?;
+    let latest = list_offsets(consumer, topic, &partitions, Offset::End)?;
+    let earliest = list_offsets(consumer, topic, &partitions, Offset::Beginning)?;
     let mut tpl = TopicPartitionList::new();
     for &p in &partitions {
         tpl.add_partition(topic, p);
@@ -144,6 +127,32 @@ fn read_blocking(consumer: &BaseConsumer, topic: &str) -> Result<GroupLag, LagEr
         })
         .collect();
     Ok(GroupLag { partitions })
+}
+
+/// Each partition's newest ([`Offset::End`]) or oldest ([`Offset::Beginning`])
+/// offset, in one ListOffsets request per broker. Only a leader that has
+/// taken the partition up answers, so this also proves the partitions serve.
+pub(super) fn list_offsets(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partitions: &[i32],
+    at: Offset,
+) -> Result<Vec<i64>, LagError> {
+    // ListOffsets takes timestamps: End asks for the newest, Beginning the oldest.
+    let mut tpl = TopicPartitionList::new();
+    for &p in partitions {
+        tpl.add_partition_offset(topic, p, at)?;
+    }
+    let found = consumer.offsets_for_times(tpl, LAG_TIMEOUT)?;
+    partitions
+        .iter()
+        .map(
+            |&p| match found.find_partition(topic, p).map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => Ok(o),
+                other => Err(LagError(format!("no offset for {topic}/{p}: {other:?}"))),
+            },
+        )
+        .collect()
 }
 
 #[cfg(test)]
