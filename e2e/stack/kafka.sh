@@ -62,10 +62,20 @@ logger.kafka.name=kafka
 logger.kafka.level=WARN
 logger.apache.name=org.apache.kafka
 logger.apache.level=WARN
+logger.started.name=kafka.server.KafkaRaftServer
+logger.started.level=INFO
 PROPS
 }
 
 metadata_ok() { kcat -b "127.0.0.1:$KAFKA_PORT" -L -m 2 2>/dev/null | grep -q '1 brokers'; }
+
+# started_since N: the broker logged "Kafka Server started" more than N times
+# in all. It says so once it has published its first metadata, i.e. taken up
+# the leadership of every partition it holds: listed in the metadata earlier,
+# it still answers NOT_LEADER for seconds after a restart (a test that
+# restarts Kafka, then makes a sale, saw its produces time out).
+started_count() { grep -c 'Kafka Server started' "$LOG_DIR/kafka.log" 2>/dev/null || true; }
+started_since() { [ "$(started_count)" -gt "$1" ]; }
 
 up() {
   install_jars
@@ -83,9 +93,12 @@ up() {
     kafka_java kafka.tools.StorageTool format -t "$(kafka_java kafka.tools.StorageTool random-uuid)" \
       -c "$KAFKA_DATA/server.properties" >"$LOG_DIR/kafka-format.log"
   fi
+  local started_before
+  started_before=$(started_count)
   start_bg kafka java -Xms256m -Xmx512m -XX:+UseSerialGC -cp "$KAFKA_HOME/lib/*" \
     -Dlog4j2.configurationFile="$KAFKA_DATA/log4j2.properties" kafka.Kafka "$KAFKA_DATA/server.properties"
   wait_until 60 kafka metadata_ok
+  wait_until 90 "kafka's partitions" started_since "${started_before:-0}"
   log "kafka ready on $KAFKA_PORT"
 }
 
