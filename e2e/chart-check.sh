@@ -125,9 +125,11 @@ dry_run existing-secrets -f "$LOCAL_VALUES" \
   --set database.existingSecret=pg --set database.existingSecretPodKey=pod-url \
   --set redis.existingSecret=redis --set jwt.hs256.existingSecret=jwt \
   --set jwt.rs256.existingSecret=jwt-rs256 --set payments.existingSecret=payments \
+  --set purchaseTokens.existingSecret=tokens \
   --set operator.serviceAccount.create=false --set operator.serviceAccount.name=op
 dry_run jwks-configmap --set jwt.hs256.enabled=false --set jwt.jwks.existingConfigMap=idp-jwks
 dry_run jwks-url --set jwt.hs256.enabled=false --set jwt.jwks.url=https://id.example/.well-known/jwks.json
+dry_run behind-an-ingress --set 'api.trustedProxies={10.0.0.0/8,192.168.0.7}'
 dry_run redis-sentinel --set 'redis.url=redis-sentinel://redis-sentinel:26379\,redis-sentinel-1:26379/flashsale'
 dry_run operator-only --set api.enabled=false --set rbac.create=false \
   --set operator.podDisruptionBudget.enabled=false --set crds.enabled=false
@@ -143,9 +145,9 @@ kinds() { grep '^kind:' "$TMP/$1.yaml" | sort | uniq -c | awk '{ printf "%s%s=%s
 # no_inline_url NAME: no pod spec of a rendering carries a database URL.
 no_inline_url() { ! grep -Eq 'value: "?postgres(ql)?://' "$TMP/$1.yaml"; }
 expect "defaults: a ClusterRole and binding, the leader-election Role, 2 Deployments, 2 PDBs, 3 Services (operator metrics, API, API internal)" \
-  test "$(kinds defaults)" = "ClusterRole=1 ClusterRoleBinding=1 CustomResourceDefinition=1 Deployment=2 PodDisruptionBudget=2 Role=1 RoleBinding=1 Secret=3 Service=3 ServiceAccount=2"
+  test "$(kinds defaults)" = "ClusterRole=1 ClusterRoleBinding=1 CustomResourceDefinition=1 Deployment=2 PodDisruptionBudget=2 Role=1 RoleBinding=1 Secret=4 Service=3 ServiceAccount=2"
 expect "watchNamespace: Roles only, no ClusterRole; the development identity: no JWT Secret" \
-  test "$(kinds local-one-namespace)" = "CustomResourceDefinition=1 Deployment=2 PodDisruptionBudget=2 Role=2 RoleBinding=2 Secret=2 Service=3 ServiceAccount=2"
+  test "$(kinds local-one-namespace)" = "CustomResourceDefinition=1 Deployment=2 PodDisruptionBudget=2 Role=2 RoleBinding=2 Secret=3 Service=3 ServiceAccount=2"
 expect "crds.enabled=false: no CRD" \
   test "$(grep -c '^kind: CustomResourceDefinition' "$TMP/operator-only.yaml")" = 0
 # same_crd NAME: the rendering's CRD is crds/flashsale.yaml's, kept on uninstall.
@@ -168,9 +170,11 @@ expect "the database password is percent-encoded into the URL" \
 expect "no connection string or key in a pod spec (all from Secrets)" \
   no_inline_url defaults
 expect "jwt.jwks.existingConfigMap: the document mounted as /etc/flashsale/jwt/jwks.json, no JWT Secret" \
-  eval 'grep -q "name: idp-jwks" "$TMP/jwks-configmap.yaml" && grep -q "value: \"/etc/flashsale/jwt/jwks.json\"" "$TMP/jwks-configmap.yaml" && [ "$(grep -c "^kind: Secret" "$TMP/jwks-configmap.yaml")" = 2 ]'
+  eval 'grep -q "name: idp-jwks" "$TMP/jwks-configmap.yaml" && grep -q "value: \"/etc/flashsale/jwt/jwks.json\"" "$TMP/jwks-configmap.yaml" && [ "$(grep -c "^kind: Secret" "$TMP/jwks-configmap.yaml")" = 3 ]'
 expect "jwt.jwks.url: the URL passed as is, nothing mounted" \
   eval 'grep -q "value: \"https://id.example/.well-known/jwks.json\"" "$TMP/jwks-url.yaml" && ! grep -q "mountPath: /etc/flashsale/jwt" "$TMP/jwks-url.yaml"'
+expect "api.trustedProxies: passed to the API as one list; none by default" \
+  eval 'grep -q "value: \"10.0.0.0/8,192.168.0.7\"" "$TMP/behind-an-ingress.yaml" && ! grep -q FLASHSALE_TRUSTED_PROXIES "$TMP/defaults.yaml"'
 expect "the API pods mount no ServiceAccount token" \
   grep -q 'automountServiceAccountToken: false' "$TMP/defaults.yaml"
 
@@ -221,6 +225,8 @@ refused "a string replica count" --set-string api.replicaCount=two
 refused "no way to know shoppers" --set jwt.hs256.enabled=false
 refused "an HS256 secret under 32 bytes" --set jwt.hs256.secret=too-short
 refused "a payment callback secret under 32 bytes" --set payments.secret=too-short
+refused "a purchase token secret under 32 bytes" --set purchaseTokens.secret=too-short
+refused "a trusted proxy that is not an address" --set 'api.trustedProxies={ingress}'
 refused "the development identity with JWT keys" --set api.devIdentity=true
 refused "the development identity with a JWKS" --set api.devIdentity=true --set jwt.hs256.enabled=false \
   --set jwt.jwks.url=https://id.example/jwks.json

@@ -32,10 +32,14 @@ up() {
     --listen "127.0.0.1:$OPERATOR_PORT"
   # The payment provider's callback secret: sign a callback with it to pay
   # (docs: README, "Paying").
-  [ -s "$RUN_DIR/payment-secret" ] || head -c 36 /dev/urandom | base64 >"$RUN_DIR/payment-secret"
-  chmod 600 "$RUN_DIR/payment-secret"
+  # And the one purchase tokens (spec.antiBot) are signed with.
+  for secret in payment-secret purchase-token-secret; do
+    [ -s "$RUN_DIR/$secret" ] || head -c 36 /dev/urandom | base64 >"$RUN_DIR/$secret"
+    chmod 600 "$RUN_DIR/$secret"
+  done
   start_bg api "$BIN/flashsale" api --namespace "$NAMESPACE" --dev-identity \
     --payment-secret-file "$RUN_DIR/payment-secret" \
+    --purchase-token-secret-file "$RUN_DIR/purchase-token-secret" --rate-limit-ip 0 \
     --listen "127.0.0.1:$API_PORT" --internal-listen "127.0.0.1:$API_INTERNAL_PORT"
   start_bg consumer "$BIN/flashsale" consumer --all-sales --namespace "$NAMESPACE"
   wait_until 30 "the shopper API" curl -fsS "http://127.0.0.1:$API_INTERNAL_PORT/healthz"

@@ -98,5 +98,51 @@ pub fn sale_config(fs: &FlashSale, stock: i64, generation: i64) -> Result<SaleCo
             .map_err(|_| InvalidSpec("sharding.shards".into()))?,
         generation,
         payment_timeout: spec.payment.timeout.into(),
+        purchase_token_ttl: spec
+            .anti_bot
+            .required
+            .then(|| spec.anti_bot.token_ttl.into()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sale(anti_bot: serde_json::Value) -> FlashSale {
+        let mut fs: FlashSale = serde_json::from_value(serde_json::json!({
+            "apiVersion": "flashsale.dev/v1alpha1",
+            "kind": "FlashSale",
+            "metadata": {"name": "drop", "namespace": "shop", "uid": "0192f8a0-0000-7000-8000-000000000001"},
+            "spec": {
+                "sku": "SKU-1",
+                "stock": 10,
+                "window": {"start": "2026-12-12T00:00:00Z", "end": "2026-12-12T00:10:00Z"},
+                "antiBot": anti_bot,
+            }
+        }))
+        .unwrap();
+        fs.metadata.generation = Some(1);
+        fs
+    }
+
+    #[test]
+    fn a_token_lifetime_reaches_the_sale_row_only_when_tokens_are_required() {
+        for (anti_bot, ttl) in [
+            (serde_json::json!({}), None),
+            (serde_json::json!({"tokenTtl": "2m"}), None),
+            (serde_json::json!({"required": true}), Some(30)),
+            (
+                serde_json::json!({"required": true, "tokenTtl": "5s"}),
+                Some(5),
+            ),
+        ] {
+            let config = sale_config(&sale(anti_bot.clone()), 10, 1).unwrap();
+            assert_eq!(
+                config.purchase_token_ttl,
+                ttl.map(std::time::Duration::from_secs),
+                "{anti_bot}"
+            );
+        }
+    }
 }

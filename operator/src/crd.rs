@@ -91,6 +91,11 @@ pub struct FlashSaleSpec {
     /// How often Redis, Kafka and PostgreSQL are compared while the sale lives.
     #[serde(default)]
     pub reconcile: Reconcile,
+
+    /// Bots: whether a purchase needs a purchase token. May change at any
+    /// time (switched on mid-sale when bots show up).
+    #[serde(default)]
+    pub anti_bot: AntiBot,
 }
 
 fn default_purchase_limit() -> i32 {
@@ -197,6 +202,33 @@ duration_section!(
     "duration(self) >= duration('10s') && duration(self) <= duration('24h')",
     "reconcile.interval must be between 10s and 24h"
 );
+
+/// Purchase tokens: a shopper fetches one (`GET /v1/sales/{sale}/token`, from
+/// the start of the window) and shows it once, in `Purchase-Token`.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AntiBot {
+    /// Purchases without a valid, unused token are refused (403).
+    #[serde(default)]
+    pub required: bool,
+    /// How long a token is good for once issued; default 30s.
+    #[serde(default = "default_token_ttl", serialize_with = "duration_text")]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('1s') && duration(self) <= duration('10m')").message("antiBot.tokenTtl must be between 1s and 10m"))]
+    pub token_ttl: Duration,
+}
+
+impl Default for AntiBot {
+    fn default() -> Self {
+        Self {
+            required: false,
+            token_ttl: default_token_ttl(),
+        }
+    }
+}
+
+fn default_token_ttl() -> Duration {
+    "30s".parse().expect("default durations parse")
+}
 
 fn default_lead_time() -> Duration {
     Warmup::default().lead_time

@@ -125,7 +125,8 @@ pub async fn observe(ctx: &Context, fs: &FlashSale) -> Result<Observation, Obser
             && row.end == config.end
             && row.purchase_limit == config.purchase_limit
             && row.shards == config.shards
-            && row.payment_timeout == config.payment_timeout,
+            && row.payment_timeout == config.payment_timeout
+            && row.purchase_token_ttl == config.purchase_token_ttl,
     });
     let sale = &config.sale;
     let (orders, dlq) = (topics::orders_topic(sale), topics::dead_letter_topic(sale));

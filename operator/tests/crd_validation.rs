@@ -166,6 +166,21 @@ async fn invalid_manifests_are_refused_with_the_field_named() {
             "cleanup.after",
         ),
         (
+            "purchase tokens good for under a second",
+            with(base.clone(), "spec.antiBot.tokenTtl", json!("500ms")),
+            "antiBot.tokenTtl must be between 1s and 10m",
+        ),
+        (
+            "purchase tokens good for an hour",
+            with(base.clone(), "spec.antiBot.tokenTtl", json!("1h")),
+            "antiBot.tokenTtl must be between 1s and 10m",
+        ),
+        (
+            "antiBot.required not a boolean",
+            with(base.clone(), "spec.antiBot.required", json!("yes")),
+            "spec.antiBot.required",
+        ),
+        (
             "payment timeout zero",
             with(base.clone(), "spec.payment.timeout", json!("0s")),
             "payment.timeout",
@@ -363,4 +378,35 @@ async fn invalid_manifests_are_refused_with_the_field_named() {
         json!(shifted(&end, 600)),
     ));
     assert!(ok, "the end may be extended while live: {output}");
+}
+
+/// Every manifest in `examples/` is one the API server accepts as it is
+/// (a server-side dry run: unknown fields are refused too).
+#[tokio::test]
+async fn every_example_is_accepted() {
+    let client = common::client().await;
+    common::install_crd(&client).await;
+    let ns = common::namespace(&client).await;
+    let mut examples: Vec<_> = std::fs::read_dir(stack::repo_dir().join("examples"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    examples.sort();
+    assert!(examples.len() >= 5, "{examples:?}");
+    for example in examples {
+        let out = Command::new("kubectl")
+            .args(["apply", "--dry-run=server", "-n", &ns, "-f"])
+            .arg(&example)
+            .env("KUBECONFIG", stack::kubeconfig())
+            .env("PATH", stack::var("PATH"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            example.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

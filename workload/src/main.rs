@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use flashsale_workload::api::auth::AuthConfig;
+use flashsale_workload::api::client_ip::TrustedProxies;
 use flashsale_workload::api::jwks::JwksSource;
 use flashsale_workload::api::limits::LimitConfig;
 use std::sync::Arc;
@@ -284,10 +285,18 @@ struct ApiArgs {
     /// Requests per second per shopper (0 = no limit).
     #[arg(long, env = "FLASHSALE_RATE_LIMIT_SHOPPER", default_value_t = 10)]
     rate_limit_shopper: u32,
-    /// Requests per second per client address (0 = no limit; shoppers behind
-    /// one NAT or proxy share an address).
-    #[arg(long, env = "FLASHSALE_RATE_LIMIT_IP", default_value_t = 0)]
+    /// Requests per second per client address (0 = no limit). On by default:
+    /// one host's flood is capped without any account; high enough for the
+    /// shoppers behind one carrier's NAT. Behind an ingress or load
+    /// balancer, name it in --trusted-proxies, or every shopper shares its
+    /// address.
+    #[arg(long, env = "FLASHSALE_RATE_LIMIT_IP", default_value_t = 200)]
     rate_limit_ip: u32,
+    /// Proxies (addresses or CIDR blocks, comma-separated) whose
+    /// `X-Forwarded-For` names the client for the per-IP limit; the header
+    /// of anyone else is ignored.
+    #[arg(long, env = "FLASHSALE_TRUSTED_PROXIES", default_value = "")]
+    trusted_proxies: TrustedProxies,
     /// How long an order may wait for Kafka's acknowledgement before the
     /// purchase is refused and its stock released.
     #[arg(long, env = "FLASHSALE_PRODUCE_TIMEOUT", default_value = "3s", value_parser = humantime::parse_duration)]
@@ -299,6 +308,11 @@ struct ApiArgs {
     /// with (at least 32 bytes); without it orders cannot be paid.
     #[arg(long, env = "FLASHSALE_PAYMENT_SECRET_FILE")]
     payment_secret_file: Option<PathBuf>,
+    /// A file holding the secret purchase tokens are signed with (at least
+    /// 32 bytes, the same for every replica); without it sales with
+    /// `antiBot.required` cannot be bought.
+    #[arg(long, env = "FLASHSALE_PURCHASE_TOKEN_SECRET_FILE")]
+    purchase_token_secret_file: Option<PathBuf>,
 }
 
 impl ApiArgs {
@@ -344,6 +358,8 @@ impl ApiArgs {
                 linger: self.produce_linger,
             },
             payment_secret: read_secret(self.payment_secret_file.as_deref())?,
+            purchase_token_secret: read_secret(self.purchase_token_secret_file.as_deref())?,
+            trusted_proxies: self.trusted_proxies,
         })
     }
 }
@@ -547,5 +563,42 @@ async fn main() -> anyhow::Result<()> {
         Command::Consumer(args) => run_consumer(*args).await,
         Command::Job(args) => run_job(*args).await,
         Command::Load(args) => run_load(*args).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        let required = [
+            "--redis=redis://127.0.0.1:1",
+            "--database-url=postgres://nobody@127.0.0.1:1/none",
+            "--kafka=127.0.0.1:1",
+            "--namespace=shop",
+        ];
+        Cli::try_parse_from(["flashsale", "api"].iter().chain(&required).chain(args))
+    }
+
+    fn api_config(args: &[&str]) -> ApiConfig {
+        let Command::Api(api) = parse(args).unwrap().command else {
+            unreachable!("parsed as api")
+        };
+        api.into_config().unwrap()
+    }
+
+    #[test]
+    fn the_per_ip_limit_is_on_by_default_and_trusted_proxies_parse() {
+        let defaults = api_config(&[]);
+        assert!(defaults.limits.per_ip_per_sec > 0, "on by default");
+        assert_eq!(
+            defaults.trusted_proxies,
+            TrustedProxies::default(),
+            "no proxy trusted unless named"
+        );
+        let behind_ingress = api_config(&["--trusted-proxies", "10.0.0.0/8,192.168.0.7"]);
+        assert_ne!(behind_ingress.trusted_proxies, TrustedProxies::default());
+        let refused = parse(&["--trusted-proxies=ingress"]).err().unwrap();
+        assert!(refused.to_string().contains("\"ingress\""), "{refused}");
     }
 }

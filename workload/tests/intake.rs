@@ -798,3 +798,49 @@ async fn a_jwks_url_is_fetched_again_when_the_provider_rotates_keys() {
     .await;
     server.abort();
 }
+
+/// The per-IP limit counts the client a trusted proxy names, and only then:
+/// rotating a self-written `X-Forwarded-For` does not escape it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_per_ip_limit_believes_only_trusted_proxies() {
+    let limited = |trusted: &'static str| {
+        move |options: &mut ApiOptions| {
+            options.per_ip_per_sec = 2;
+            options.trusted_proxies = trusted.parse().unwrap();
+        }
+    };
+    let refused = |sale: &LiveSale, forwarded_for: Vec<String>| {
+        let (api, name) = (sale.api.clone(), sale.config.sale.name.clone());
+        async move {
+            let mut refused = 0;
+            for address in forwarded_for {
+                let answer = api
+                    .client
+                    .get(format!("{}/v1/sales/{name}", api.url))
+                    .header("x-forwarded-for", address)
+                    .send()
+                    .await
+                    .unwrap();
+                refused += usize::from(answer.status() == 429);
+            }
+            refused
+        }
+    };
+    let spoofed: Vec<String> = (0..20).map(|i| format!("198.51.100.{i}")).collect();
+    let direct = LiveSale::start_with(common::redis_node(), 5, 1, 1, limited("")).await;
+    assert!(
+        refused(&direct, spoofed.clone()).await >= 10,
+        "an untrusted client's own X-Forwarded-For changes nothing"
+    );
+    let proxied = LiveSale::start_with(common::redis_node(), 5, 1, 1, limited("127.0.0.1")).await;
+    assert_eq!(
+        refused(&proxied, spoofed).await,
+        0,
+        "behind a trusted proxy, each client has its own allowance"
+    );
+    let one_client = vec!["203.0.113.5".to_string(); 20];
+    assert!(
+        refused(&proxied, one_client).await >= 10,
+        "one client behind the proxy is limited"
+    );
+}

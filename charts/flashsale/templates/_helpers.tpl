@@ -134,6 +134,38 @@ value: {{ required "redis.url is required" .Values.redis.url | quote }}
 {{- printf "%s-payments" (include "flashsale.fullname" .) }}
 {{- end }}
 
+{{- define "flashsale.purchaseTokens.secretName" -}}
+{{- printf "%s-purchase-tokens" (include "flashsale.fullname" .) }}
+{{- end }}
+
+{{- /*
+An API Secret of one key (dict: ctx, name, key, value): the value given, else
+the one an earlier install generated, else a new random one, so a generated
+secret stays the same across upgrades.
+*/}}
+{{- define "flashsale.keptSecret" -}}
+{{- $value := .value }}
+{{- if not $value }}
+{{- $old := lookup "v1" "Secret" .ctx.Release.Namespace .name }}
+{{- if and $old $old.data (hasKey $old.data .key) }}
+{{- $value = index $old.data .key | b64dec }}
+{{- else }}
+{{- $value = randAlphaNum 48 }}
+{{- end }}
+{{- end }}
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: {{ .name }}
+  namespace: {{ .ctx.Release.Namespace }}
+  labels:
+    {{- include "flashsale.componentLabels" (list .ctx "api") | nindent 4 }}
+type: Opaque
+data:
+  {{ .key }}: {{ $value | b64enc | quote }}
+{{- end }}
+
 {{/* The JWT Secret holding the chart's HS256 secret and RS256 public key. */}}
 {{- define "flashsale.jwt.secretName" -}}
 {{- printf "%s-jwt" (include "flashsale.fullname" .) }}

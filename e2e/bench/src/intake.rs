@@ -190,7 +190,7 @@ pub async fn run(
         "--internal-listen",
         &format!("127.0.0.1:{API_INTERNAL_PORT}"),
     ])
-    .args(["--rate-limit-global", "0", "--rate-limit-shopper", "0"])
+    .args(procs::NO_RATE_LIMITS)
     .arg("--jwt-hs256-secret-file")
     .arg(&secret_file)
     .env("DATABASE_URL", stack::database_url());

@@ -257,7 +257,7 @@ pub async fn run(image: &str, trials: usize) -> anyhow::Result<OperatorFigures> 
         "--internal-listen",
         &format!("127.0.0.1:{api_internal_port}"),
     ])
-    .args(["--rate-limit-global", "0", "--rate-limit-shopper", "0"])
+    .args(procs::NO_RATE_LIMITS)
     .env("DATABASE_URL", stack::database_url());
     let _api = Proc::start(&procs::log("api-operator"), api)?;
     let url = format!("http://127.0.0.1:{api_port}");

@@ -9,6 +9,17 @@ use flashsale_testkit as stack;
 pub use stack::procs::{Proc, wait_http};
 
 /// Where a benchmark process logs: `$FLASHSALE_LOGS/bench-<name>.log`.
+/// `flashsale api` flags turning every rate limit off: a benchmark's storm is
+/// one host measuring the API, not its limits.
+pub const NO_RATE_LIMITS: [&str; 6] = [
+    "--rate-limit-global",
+    "0",
+    "--rate-limit-shopper",
+    "0",
+    "--rate-limit-ip",
+    "0",
+];
+
 pub fn log(name: &str) -> PathBuf {
     PathBuf::from(stack::var("FLASHSALE_LOGS")).join(format!("bench-{name}.log"))
 }

@@ -124,7 +124,7 @@ impl Processes {
                 "--internal-listen",
                 &format!("127.0.0.1:{}", self.api_internal_port),
             ])
-            .args(["--rate-limit-shopper", "0"])
+            .args(["--rate-limit-shopper", "0", "--rate-limit-ip", "0"])
             .env("RUST_LOG", "info");
         self.api = Some(Proc::start(&self.dir.join("api.log"), c)?);
         wait_http(

@@ -67,6 +67,16 @@ impl ApiError {
         Self::new(StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", message)
     }
 
+    /// 403 `TOKEN_REQUIRED`: the sale needs a purchase token and none was sent.
+    pub fn token_required(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "TOKEN_REQUIRED", message)
+    }
+
+    /// 403 `TOKEN_INVALID`: forged, expired, another's, or already used.
+    pub fn token_invalid(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "TOKEN_INVALID", message)
+    }
+
     /// 429 `RATE_LIMITED` with `Retry-After`.
     pub fn rate_limited(what: &str, retry_after_secs: u64) -> Self {
         Self::new(

@@ -3,6 +3,7 @@
 //! on the public port; health, readiness and metrics on the internal one.
 
 pub mod auth;
+pub mod client_ip;
 pub mod error;
 pub mod internal;
 pub mod jwks;
@@ -12,6 +13,7 @@ pub mod orders;
 pub mod payments;
 pub mod sales;
 pub mod server;
+pub mod tokens;
 pub mod transport;
 
 use std::net::{IpAddr, SocketAddr};
@@ -56,21 +58,34 @@ pub struct AppState {
     /// The secret the payment provider signs its callbacks with (none:
     /// callbacks are answered 503).
     pub payment_secret: Option<Arc<[u8]>>,
+    /// The secret purchase tokens are signed with, shared by every replica
+    /// (none: sales that require tokens are answered 503).
+    pub purchase_token_secret: Option<Arc<[u8]>>,
+    /// Proxies whose `X-Forwarded-For` names the client (per-IP limit).
+    pub trusted_proxies: Arc<client_ip::TrustedProxies>,
 }
 
-/// The client's address (the TCP peer).
+/// The client's address: the TCP peer, or the client a trusted proxy
+/// forwarded for ([`client_ip::TrustedProxies`]).
 pub struct ClientIp(pub IpAddr);
 
-impl<S: Send + Sync> FromRequestParts<S> for ClientIp {
+impl FromRequestParts<AppState> for ClientIp {
     type Rejection = std::convert::Infallible;
 
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(Self(
-            parts
-                .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip()),
-        ))
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
+        let forwarded_for = parts
+            .headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok());
+        Ok(Self(state.trusted_proxies.client_ip(peer, forwarded_for)))
     }
 }
 
@@ -80,6 +95,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientIp {
 pub fn router(state: AppState, limits: &transport::TransportLimits) -> Router {
     let cut_when_late = Router::new()
         .route("/v1/sales/{sale}", get(sales::get_sale))
+        .route("/v1/sales/{sale}/token", get(tokens::issue))
         .route("/v1/orders/{order_id}", get(orders::get_order))
         .route("/v1/orders/{order_id}/pay", post(payments::pay))
         .route("/v1/payments/callback", post(payments::callback))

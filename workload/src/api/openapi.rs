@@ -7,19 +7,21 @@ use super::error::ErrorBody;
 use super::orders::{OrderView, PurchaseAccepted, PurchaseRequest};
 use super::payments::{PaymentCallback, PaymentView};
 use super::sales::SaleInfo;
+use super::tokens::PurchaseToken;
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "FlashSale shopper API", description = "Sale info, purchases and orders. Every refusal is {code, message}."),
     paths(
         super::sales::get_sale,
+        super::tokens::issue,
         super::orders::purchase,
         super::orders::get_order,
         super::payments::pay,
         super::orders::cancel,
         super::payments::callback
     ),
-    components(schemas(SaleInfo, PurchaseRequest, PurchaseAccepted, OrderView, PaymentView, PaymentCallback, ErrorBody)),
+    components(schemas(SaleInfo, PurchaseToken, PurchaseRequest, PurchaseAccepted, OrderView, PaymentView, PaymentCallback, ErrorBody)),
     modifiers(&BearerAuth)
 )]
 struct ApiDoc;

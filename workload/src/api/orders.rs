@@ -142,6 +142,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     params(
         ("sale" = String, Path, description = "The FlashSale's name"),
         ("Idempotency-Key" = Option<String>, Header, description = "A retry with the same key returns the first answer"),
+        ("Purchase-Token" = Option<String>, Header, description = "Required when the sale asks for it (purchaseTokenRequired): from GET /v1/sales/{sale}/token; buys once"),
     ),
     request_body(content = PurchaseRequest, description = "Defaults to one unit"),
     responses(
@@ -149,6 +150,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
          headers(("Location" = String, description = "/v1/orders/{orderId}"))),
         (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
         (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
+        (status = 403, description = "TOKEN_REQUIRED or TOKEN_INVALID: the sale needs an unused purchase token of this shopper", body = ErrorBody),
         (status = 404, description = "NOT_FOUND: no such sale", body = ErrorBody),
         (status = 409, description = "NOT_STARTED, ENDED, SOLD_OUT, LIMIT_EXCEEDED or PAUSED", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED, with Retry-After", body = ErrorBody),
@@ -177,13 +179,18 @@ pub async fn purchase(
             .get(&name)
             .ok_or_else(|| ApiError::not_found(format!("no sale named {name:?}")))?;
         known = Some(view.config.sale.clone());
+        let token = super::tokens::spend(&state, &view, &shopper, &headers, key.as_deref()).await?;
         // Its own task: a shopper who hangs up must not stop a purchase
         // half-way (units taken from a donor shard, or reserved, and left so).
         let (intake, catalog) = (state.intake.clone(), state.catalog.clone());
         let decided = tokio::spawn(async move {
-            intake
+            let decided = intake
                 .purchase(&catalog, &view, &shopper, quantity, key.as_deref())
-                .await
+                .await;
+            if let (Err(_), Some(token)) = (&decided, &token) {
+                token.give_back(intake.store(), &view).await;
+            }
+            decided
         })
         .await
         .map_err(|e| {

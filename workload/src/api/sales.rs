@@ -30,6 +30,8 @@ pub struct SaleInfo {
     pub purchase_limit: i64,
     /// Units still purchasable (as of at most a second ago).
     pub stock_remaining: i64,
+    /// A purchase needs a token from `GET /v1/sales/{sale}/token`.
+    pub purchase_token_required: bool,
 }
 
 /// Sale information.
@@ -68,6 +70,7 @@ pub async fn get_sale(
         end: view.config.end,
         purchase_limit: view.config.purchase_limit,
         stock_remaining: remaining,
+        purchase_token_required: view.config.purchase_token_ttl.is_some(),
     };
     let mut response = Json(info).into_response();
     response.headers_mut().insert(

@@ -10,12 +10,14 @@ use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
 use super::auth::{Auth, AuthConfig};
+use super::client_ip::TrustedProxies;
 use super::limits::{LimitConfig, Limits};
 use super::transport::{self, TransportLimits};
 use super::{AppState, internal, router};
 use crate::bus::producer::{OrderProducer, ProducerSettings};
 use crate::catalog::Catalog;
 use crate::domain::payment::MIN_SECRET;
+use crate::domain::purchase_token;
 use crate::intake::Intake;
 use crate::janitor::Janitor;
 use crate::metrics::Metrics;
@@ -47,6 +49,13 @@ pub struct ApiConfig {
     /// The secret the payment provider signs its callbacks with, at least
     /// [`MIN_SECRET`] bytes (none: callbacks are answered 503).
     pub payment_secret: Option<Vec<u8>>,
+    /// The secret purchase tokens are signed with, at least
+    /// [`purchase_token::MIN_SECRET`] bytes, the same in every replica (none:
+    /// sales that require tokens are answered 503).
+    pub purchase_token_secret: Option<Vec<u8>>,
+    /// Proxies whose `X-Forwarded-For` names the client (none: the TCP peer
+    /// is the client).
+    pub trusted_proxies: TrustedProxies,
 }
 
 /// Connects to Redis, PostgreSQL and Kafka, loads the sales and starts the
@@ -62,6 +71,17 @@ pub async fn build_state(config: &ApiConfig) -> anyhow::Result<AppState> {
         Some(_) => {}
         None => tracing::warn!(
             "no payment callback secret: orders cannot be paid (callbacks are answered 503)"
+        ),
+    }
+    match &config.purchase_token_secret {
+        Some(secret) if secret.len() < purchase_token::MIN_SECRET => anyhow::bail!(
+            "the purchase token secret has {} bytes; it needs at least {}",
+            secret.len(),
+            purchase_token::MIN_SECRET
+        ),
+        Some(_) => {}
+        None => tracing::warn!(
+            "no purchase token secret: sales with antiBot.required cannot be bought (answered 503)"
         ),
     }
     let redis = RedisConn::connect(&config.redis)
@@ -97,6 +117,8 @@ pub async fn build_state(config: &ApiConfig) -> anyhow::Result<AppState> {
         metrics,
         readiness: Arc::default(),
         payment_secret: config.payment_secret.as_deref().map(Arc::from),
+        purchase_token_secret: config.purchase_token_secret.as_deref().map(Arc::from),
+        trusted_proxies: Arc::new(config.trusted_proxies.clone()),
     })
 }
 

@@ -5,6 +5,7 @@ pub mod invariants;
 pub mod order;
 pub mod payment;
 pub mod purchase;
+pub mod purchase_token;
 pub mod reconcile;
 pub mod sale;
 pub mod shard;

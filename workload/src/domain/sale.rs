@@ -88,6 +88,9 @@ pub struct SaleConfig {
     pub generation: i64,
     /// How long an order may stay unpaid.
     pub payment_timeout: Duration,
+    /// Purchases need a purchase token, good for this long once issued
+    /// (`spec.antiBot`); `None`: no token is needed.
+    pub purchase_token_ttl: Option<Duration>,
 }
 
 impl SaleConfig {
@@ -453,6 +456,7 @@ mod state_tests {
             shards: 4,
             generation: 1,
             payment_timeout: Duration::from_secs(900),
+            purchase_token_ttl: None,
         }
     }
 

@@ -22,13 +22,14 @@ struct SaleRow {
     shards: i32,
     generation: i64,
     payment_timeout_ms: i64,
+    purchase_token_ttl_ms: Option<i64>,
     incarnation: Option<Uuid>,
     opened_at: Option<DateTime<Utc>>,
     redis_lost_at: Option<DateTime<Utc>>,
     drained_at: Option<DateTime<Utc>>,
 }
 
-const SALE_COLUMNS: &str = "id, namespace, name, sku, stock, start_at, end_at, purchase_limit, shards, generation, payment_timeout_ms, incarnation, opened_at, redis_lost_at, drained_at";
+const SALE_COLUMNS: &str = "id, namespace, name, sku, stock, start_at, end_at, purchase_limit, shards, generation, payment_timeout_ms, purchase_token_ttl_ms, incarnation, opened_at, redis_lost_at, drained_at";
 
 /// A sale's row as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +76,9 @@ impl SaleRow {
             payment_timeout: Duration::from_millis(
                 u64::try_from(self.payment_timeout_ms).unwrap_or(0),
             ),
+            purchase_token_ttl: self
+                .purchase_token_ttl_ms
+                .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
         })
     }
 }
@@ -313,8 +317,8 @@ pub async fn incarnation<'e>(db: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<
 /// is bumped when it changes. Returns the row as stored.
 pub async fn upsert<'e>(db: impl PgExecutor<'e>, config: &SaleConfig) -> sqlx::Result<SaleConfig> {
     let row: SaleRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO sales (id, namespace, name, sku, stock, start_at, end_at, purchase_limit, shards, payment_timeout_ms)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+        "INSERT INTO sales (id, namespace, name, sku, stock, start_at, end_at, purchase_limit, shards, payment_timeout_ms, purchase_token_ttl_ms)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
          ON CONFLICT (id) DO UPDATE SET
            stock = CASE WHEN EXCLUDED.stock >= sales.sold THEN EXCLUDED.stock ELSE sales.stock END,
            generation = sales.generation
@@ -323,6 +327,7 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, config: &SaleConfig) -> sqlx::R
            end_at = EXCLUDED.end_at,
            purchase_limit = GREATEST(sales.purchase_limit, EXCLUDED.purchase_limit),
            payment_timeout_ms = EXCLUDED.payment_timeout_ms,
+           purchase_token_ttl_ms = EXCLUDED.purchase_token_ttl_ms,
            updated_at = now()
          RETURNING {SALE_COLUMNS}"
     )))
@@ -336,6 +341,11 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, config: &SaleConfig) -> sqlx::R
     .bind(i32::try_from(config.purchase_limit).unwrap_or(i32::MAX))
     .bind(i32::try_from(config.shards).unwrap_or(i32::MAX))
     .bind(i64::try_from(config.payment_timeout.as_millis()).unwrap_or(i64::MAX))
+    .bind(
+        config
+            .purchase_token_ttl
+            .map(|ttl| i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)),
+    )
     .fetch_one(db)
     .await?;
     Ok(row

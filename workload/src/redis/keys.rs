@@ -4,7 +4,8 @@
 //! so a purchase, a release, a claim and each half of a transfer touch a single
 //! Redis Cluster slot and run as one atomic script on one node. Different
 //! shards of one sale spread over the cluster's nodes: no hot key.
-//! No sale key has a TTL; the cleanup job deletes them after the sale.
+//! No sale key has a TTL; the cleanup job deletes them after the sale. The
+//! one exception, used purchase tokens, expire with their token.
 
 use crate::domain::sale::SaleRef;
 
@@ -52,6 +53,16 @@ impl ShardKeys {
         }
     }
 
+    /// The key remembering that the purchase token `nonce` was used, on the
+    /// shard of the shopper it was issued to (it expires with the token).
+    pub fn used_token(&self, nonce: &uuid::Uuid) -> String {
+        let base = self
+            .meta
+            .strip_suffix(":meta")
+            .expect("the meta key ends so");
+        format!("{base}:tok:{}", nonce.simple())
+    }
+
     /// All keys of the shard, for cleanup.
     pub fn all(&self) -> [&str; 10] {
         [
@@ -88,6 +99,8 @@ mod tests {
             assert_eq!(hash_tag(key), "shop/drop:3", "{key}");
         }
         assert_eq!(keys.stock, "fs:{shop/drop:3}:stock");
+        let token = keys.used_token(&uuid::Uuid::from_u128(1));
+        assert_eq!(hash_tag(&token), "shop/drop:3", "{token}");
     }
 
     #[test]

@@ -32,6 +32,8 @@ pub struct Scripts {
     pub fence: Script,
     /// `lua/pause.lua`: the kill switch of one shard.
     pub pause: Script,
+    /// `lua/claim_token.lua`: uses a purchase token, once.
+    pub claim_token: Script,
 }
 
 /// The process-wide scripts.
@@ -48,4 +50,5 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     stale: Script::new(include_str!("../../../lua/stale.lua")),
     fence: Script::new(include_str!("../../../lua/fence.lua")),
     pause: Script::new(include_str!("../../../lua/pause.lua")),
+    claim_token: Script::new(include_str!("../../../lua/claim_token.lua")),
 });

@@ -175,6 +175,43 @@ impl SaleStore {
         Ok(read_purchase_reply(&reply_fields(reply)?)?)
     }
 
+    /// Runs `lua/claim_token.lua` in `shard` (the shopper's home): whether the
+    /// purchase token `nonce` may be used by this purchase — never used, or
+    /// used by this same purchase before (`idempotency_key`).
+    pub async fn claim_token(
+        &self,
+        sale: &SaleRef,
+        shard: u32,
+        nonce: &uuid::Uuid,
+        expires_ms: i64,
+        idempotency_key: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let claimed: i64 = SCRIPTS
+            .claim_token
+            .key(ShardKeys::new(sale, shard).used_token(nonce))
+            .arg(idempotency_key.unwrap_or(""))
+            .arg(expires_ms)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(claimed == 1)
+    }
+
+    /// Forgets that the purchase token `nonce` was used (its purchase was
+    /// refused: it bought nothing).
+    pub async fn unclaim_token(
+        &self,
+        sale: &SaleRef,
+        shard: u32,
+        nonce: &uuid::Uuid,
+    ) -> Result<(), StoreError> {
+        let _: i64 = self
+            .conn
+            .clone()
+            .del(ShardKeys::new(sale, shard).used_token(nonce))
+            .await?;
+        Ok(())
+    }
+
     /// Runs `lua/release.lua`: gives the reservation's units back if it is in
     /// the `expected` state and at least `min_age_ms` old.
     pub async fn release(

@@ -9,6 +9,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use flashsale_testkit as stack;
 use flashsale_workload::api::auth::AuthConfig;
+use flashsale_workload::api::client_ip::TrustedProxies;
 use flashsale_workload::api::jwks::JwksSource;
 use flashsale_workload::api::limits::LimitConfig;
 use flashsale_workload::api::server::{ApiConfig, Listeners, build_state, serve_on};
@@ -41,6 +42,8 @@ pub const JWT_SECRET: &[u8] = b"flashsale-test-secret-of-32-bytes-or-more";
 
 /// The secret the test payment provider signs its callbacks with.
 pub const PAYMENT_SECRET: &[u8] = b"flashsale-test-payment-provider-secret";
+/// What the test API signs purchase tokens with.
+pub const PURCHASE_TOKEN_SECRET: &[u8] = b"flashsale-test-purchase-token-secret";
 
 /// Test logs: warnings and errors of the code under test, shown for failing tests.
 pub fn init_logs() {
@@ -106,6 +109,7 @@ pub struct SaleSpec {
     pub end: DateTime<Utc>,
     pub partitions: i32,
     pub payment_timeout: Duration,
+    pub purchase_token_ttl: Option<Duration>,
 }
 
 impl SaleSpec {
@@ -120,6 +124,7 @@ impl SaleSpec {
             end: Utc::now() + chrono::Duration::minutes(10),
             partitions: 4,
             payment_timeout: Duration::from_secs(900),
+            purchase_token_ttl: None,
         }
     }
 }
@@ -138,6 +143,7 @@ pub async fn create_sale(db: &PgPool, spec: &SaleSpec) -> SaleConfig {
         shards: spec.shards,
         generation: 1,
         payment_timeout: spec.payment_timeout,
+        purchase_token_ttl: spec.purchase_token_ttl,
     };
     let config = orders::sales::upsert(db, &config).await.unwrap();
     let bootstrap = stack::kafka_bootstrap();
@@ -175,6 +181,11 @@ pub struct ApiOptions {
     /// Tokens are verified with the keys of this JWKS only (read again
     /// every second).
     pub jwks: Option<JwksSource>,
+    /// Requests per second per client address (0: off, as for a storm
+    /// sent from one host).
+    pub per_ip_per_sec: u32,
+    /// Proxies whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: TrustedProxies,
 }
 
 impl ApiOptions {
@@ -189,6 +200,8 @@ impl ApiOptions {
             transport: TransportLimits::default(),
             jwt: false,
             jwks: None,
+            per_ip_per_sec: 0,
+            trusted_proxies: TrustedProxies::default(),
         }
     }
 }
@@ -231,13 +244,15 @@ impl TestApi {
             limits: LimitConfig {
                 global_per_sec: 0,
                 per_shopper_per_sec: options.per_shopper_per_sec,
-                per_ip_per_sec: 0,
+                per_ip_per_sec: options.per_ip_per_sec,
             },
             producer: ProducerSettings {
                 timeout: options.produce_timeout,
                 ..ProducerSettings::default()
             },
             payment_secret: Some(PAYMENT_SECRET.to_vec()),
+            purchase_token_secret: Some(PURCHASE_TOKEN_SECRET.to_vec()),
+            trusted_proxies: options.trusted_proxies.clone(),
         };
         let state = build_state(&config).await.unwrap();
         let listeners = Listeners::bind(&config).unwrap();

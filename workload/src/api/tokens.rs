@@ -1,0 +1,181 @@
+//! Purchase tokens (`spec.antiBot`): `GET /v1/sales/{sale}/token` issues one
+//! to a signed-in shopper from the start of the window; a purchase of a sale
+//! that requires them shows it once, in `Purchase-Token`.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::error::{ApiError, ErrorBody};
+use super::{AppState, ClientIp};
+use crate::catalog::SaleView;
+use crate::domain::purchase_token::{self, TOKEN_HEADER, TokenClaims};
+use crate::domain::shard::home_shard;
+use crate::redis::store::SaleStore;
+
+/// A purchase token.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PurchaseToken {
+    /// Send it once, in the `Purchase-Token` header of the purchase.
+    pub token: String,
+    /// It is refused from this instant on.
+    pub expires_at: DateTime<Utc>,
+}
+
+fn not_configured() -> ApiError {
+    ApiError::unavailable("purchase tokens are not configured on this API; nothing was reserved")
+}
+
+/// Get a purchase token for a sale.
+#[utoipa::path(
+    get,
+    path = "/v1/sales/{sale}/token",
+    params(("sale" = String, Path, description = "The FlashSale's name")),
+    responses(
+        (status = 200, description = "A token for this shopper and sale, single-use", body = PurchaseToken),
+        (status = 400, description = "INVALID_REQUEST: a shopper id too long for a token", body = ErrorBody),
+        (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
+        (status = 404, description = "NOT_FOUND: no such sale", body = ErrorBody),
+        (status = 409, description = "NOT_STARTED or ENDED: tokens are issued within the window only", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED, with Retry-After", body = ErrorBody),
+        (status = 503, description = "BUSY (too many requests in flight) or UNAVAILABLE (tokens not configured)", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+    tag = "sales"
+)]
+pub async fn issue(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<PurchaseToken>, ApiError> {
+    state.limits.check_client(ip)?;
+    let shopper = state.auth.shopper(&headers)?;
+    state.limits.check_shopper(&shopper)?;
+    let view = state
+        .catalog
+        .get(&name)
+        .ok_or_else(|| ApiError::not_found(format!("no sale named {name:?}")))?;
+    let secret = state
+        .purchase_token_secret
+        .as_deref()
+        .ok_or_else(not_configured)?;
+    let now = Utc::now();
+    if now < view.config.start {
+        return Err(ApiError::from(crate::intake::Refusal::NotStarted));
+    }
+    if now >= view.config.end {
+        return Err(ApiError::from(crate::intake::Refusal::Ended));
+    }
+    if !purchase_token::fits(&shopper) {
+        return Err(ApiError::invalid(
+            "the shopper id is too long for a purchase token",
+        ));
+    }
+    // A sale that needs no token still issues one (with the CRD's default
+    // lifetime): a client may always fetch one before it buys.
+    let ttl = view
+        .config
+        .purchase_token_ttl
+        .unwrap_or(purchase_token::DEFAULT_TTL);
+    let expires_at = now + chrono::Duration::from_std(ttl).map_err(|_| ApiError::internal())?;
+    let claims = TokenClaims {
+        sale_id: view.config.id,
+        shopper,
+        nonce: Uuid::new_v4(),
+        expires_ms: expires_at.timestamp_millis(),
+    };
+    Ok(Json(PurchaseToken {
+        token: claims.sign(secret),
+        expires_at,
+    }))
+}
+
+/// A purchase token this purchase used up.
+pub(super) struct Spent {
+    home: u32,
+    nonce: Uuid,
+}
+
+impl Spent {
+    /// Gives the token back after the purchase was refused: a token buys
+    /// once, and a refusal (sold out, busy, a dependency down) bought nothing.
+    /// Should Redis fail here, the token stays used; the shopper fetches
+    /// another.
+    pub(super) async fn give_back(&self, store: &SaleStore, view: &SaleView) {
+        if let Err(e) = store
+            .unclaim_token(&view.config.sale, self.home, &self.nonce)
+            .await
+        {
+            tracing::warn!(error = %e, "purchase token: could not give it back");
+        }
+    }
+}
+
+/// For a sale that requires tokens: checks the purchase's token and uses it
+/// up (a retry with the same `Idempotency-Key` may show it again). Before any
+/// stock is touched; a Redis failure here reserves nothing.
+pub(super) async fn spend(
+    state: &AppState,
+    view: &SaleView,
+    shopper: &str,
+    headers: &HeaderMap,
+    idempotency_key: Option<&str>,
+) -> Result<Option<Spent>, ApiError> {
+    if view.config.purchase_token_ttl.is_none() {
+        return Ok(None);
+    }
+    let token = headers
+        .get(TOKEN_HEADER)
+        .ok_or_else(|| {
+            ApiError::token_required(format!(
+                "this sale needs a purchase token: GET /v1/sales/{}/token, then send it in Purchase-Token",
+                view.config.sale.name
+            ))
+        })?
+        .to_str()
+        .map_err(|_| ApiError::token_invalid("the purchase token is malformed"))?;
+    let secret = state
+        .purchase_token_secret
+        .as_deref()
+        .ok_or_else(not_configured)?;
+    let claims = purchase_token::verify(
+        secret,
+        token.trim(),
+        view.config.id,
+        shopper,
+        Utc::now().timestamp_millis(),
+    )
+    .map_err(|e| ApiError::token_invalid(e.to_string()))?;
+    let home = home_shard(shopper, view.config.shards);
+    let claimed = state
+        .intake
+        .store()
+        .claim_token(
+            &view.config.sale,
+            home,
+            &claims.nonce,
+            claims.expires_ms,
+            idempotency_key,
+        )
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "purchase token: redis failed");
+            ApiError::unavailable("the sale's store is unreachable; nothing was reserved")
+        })?;
+    if claimed {
+        Ok(Some(Spent {
+            home,
+            nonce: claims.nonce,
+        }))
+    } else {
+        Err(ApiError::token_invalid(
+            "the purchase token was already used; fetch a new one",
+        ))
+    }
+}
