@@ -15,6 +15,7 @@ use super::{AppState, ClientIp};
 use crate::catalog::SaleView;
 use crate::domain::purchase_token::{self, TOKEN_HEADER, TokenClaims};
 use crate::domain::shard::home_shard;
+use crate::intake::Refusal;
 use crate::redis::store::SaleStore;
 
 /// A purchase token.
@@ -67,10 +68,10 @@ pub async fn issue(
         .ok_or_else(not_configured)?;
     let now = Utc::now();
     if now < view.config.start {
-        return Err(ApiError::from(crate::intake::Refusal::NotStarted));
+        return Err(ApiError::from(Refusal::NotStarted));
     }
     if now >= view.config.end {
-        return Err(ApiError::from(crate::intake::Refusal::Ended));
+        return Err(ApiError::from(Refusal::Ended));
     }
     if !purchase_token::fits(&shopper) {
         return Err(ApiError::invalid(
@@ -166,7 +167,7 @@ pub(super) async fn spend(
         .await
         .map_err(|e| {
             tracing::warn!(error = %e, "purchase token: redis failed");
-            ApiError::unavailable("the sale's store is unreachable; nothing was reserved")
+            ApiError::from(Refusal::Unavailable)
         })?;
     if claimed {
         Ok(Some(Spent {
