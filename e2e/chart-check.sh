@@ -125,11 +125,14 @@ dry_run existing-secrets -f "$LOCAL_VALUES" \
   --set database.existingSecret=pg --set database.existingSecretPodKey=pod-url \
   --set redis.existingSecret=redis --set jwt.hs256.existingSecret=jwt \
   --set jwt.rs256.existingSecret=jwt-rs256 --set payments.existingSecret=payments \
-  --set purchaseTokens.existingSecret=tokens \
+  --set purchaseTokens.existingSecret=tokens --set kafka.existingSecret=kafka \
   --set operator.serviceAccount.create=false --set operator.serviceAccount.name=op
 dry_run jwks-configmap --set jwt.hs256.enabled=false --set jwt.jwks.existingConfigMap=idp-jwks
 dry_run jwks-url --set jwt.hs256.enabled=false --set jwt.jwks.url=https://id.example/.well-known/jwks.json
 dry_run behind-an-ingress --set 'api.trustedProxies={10.0.0.0/8,192.168.0.7}'
+dry_run services-ca --set-file servicesCa.certificate="$SERVICES_CA" \
+  --set redis.url=rediss://redis:6380 --set database.sslMode=verify-full
+dry_run services-ca-configmap --set servicesCa.existingConfigMap=corp-ca --set servicesCa.existingConfigMapKey=root.pem
 dry_run redis-sentinel --set 'redis.url=redis-sentinel://redis-sentinel:26379\,redis-sentinel-1:26379/flashsale'
 dry_run operator-only --set api.enabled=false --set rbac.create=false \
   --set operator.podDisruptionBudget.enabled=false --set crds.enabled=false
@@ -163,6 +166,8 @@ PY
 }
 expect "the rendered CRD is crds/flashsale.yaml, with helm.sh/resource-policy: keep" \
   same_crd defaults
+expect "kafka.existingSecret: the bootstrap lists (a SASL password among them) from that Secret, none in a pod spec" \
+  eval '[ "$(grep -c "name: kafka$" "$TMP/existing-secrets.yaml")" = 3 ] && ! grep -q "value: \"198.18.0.1:19094\"" "$TMP/existing-secrets.yaml"'
 expect "existing Secrets: the chart makes none" \
   test "$(grep -c '^kind: Secret' "$TMP/existing-secrets.yaml")" = 0
 expect "the database password is percent-encoded into the URL" \
@@ -175,6 +180,10 @@ expect "jwt.jwks.url: the URL passed as is, nothing mounted" \
   eval 'grep -q "value: \"https://id.example/.well-known/jwks.json\"" "$TMP/jwks-url.yaml" && ! grep -q "mountPath: /etc/flashsale/jwt" "$TMP/jwks-url.yaml"'
 expect "api.trustedProxies: passed to the API as one list; none by default" \
   eval 'grep -q "value: \"10.0.0.0/8,192.168.0.7\"" "$TMP/behind-an-ingress.yaml" && ! grep -q FLASHSALE_TRUSTED_PROXIES "$TMP/defaults.yaml"'
+expect "servicesCa: a ConfigMap with the CA, mounted as SSL_CERT_FILE by the operator and the API (and passed on to the sale pods); nothing by default" \
+  eval '[ "$(grep -c "^kind: ConfigMap" "$TMP/services-ca.yaml")" = 1 ] && [ "$(grep -c "value: /etc/flashsale/services-ca/ca.crt" "$TMP/services-ca.yaml")" = 3 ] && ! grep -q services-ca "$TMP/defaults.yaml"'
+expect "servicesCa.existingConfigMap: that ConfigMap and key, none made" \
+  eval 'grep -q "name: corp-ca" "$TMP/services-ca-configmap.yaml" && grep -q "key: root.pem" "$TMP/services-ca-configmap.yaml" && [ "$(grep -c "^kind: ConfigMap" "$TMP/services-ca-configmap.yaml")" = 0 ]'
 expect "the API pods mount no ServiceAccount token" \
   grep -q 'automountServiceAccountToken: false' "$TMP/defaults.yaml"
 
@@ -232,6 +241,7 @@ refused "the development identity with a JWKS" --set api.devIdentity=true --set 
   --set jwt.jwks.url=https://id.example/jwks.json
 refused "a JWKS URL and a JWKS ConfigMap" --set jwt.jwks.url=https://id.example/jwks.json \
   --set jwt.jwks.existingConfigMap=idp-jwks
+refused "a services CA that is not a PEM certificate" --set servicesCa.certificate=not-a-certificate
 refused "a JWKS URL that is not http(s)" --set jwt.jwks.url=id.example/jwks.json
 
 if [ "$failed" -gt 0 ]; then

@@ -13,7 +13,8 @@ PACKAGES=(
   containerd runc containernetworking-plugins   # the cluster node
   gcc libc6-dev python3           # its pause and probe images (node/*.c, oci-image.py)
   python3-yaml                    # the chart checks compare rendered YAML
-  pkg-config zlib1g-dev           # builds the bundled librdkafka
+  python3-venv                    # schemathesis's venv (schemathesis.sh)
+  pkg-config zlib1g-dev libssl-dev   # builds the bundled librdkafka (TLS by OpenSSL)
   maven
   prometheus                      # promtool (e2e/alerts.sh checks and tests the alert rules) and Prometheus
 )

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Apache Kafka (KRaft, one node acting as broker and controller) on
-# $KAFKA_PORT, from jars gathered off Maven Central. Usage: kafka.sh up|down|status
+# $KAFKA_PORT (and over TLS on $KAFKA_TLS_PORT, with a SASL login on
+# $KAFKA_SASL_PORT), from jars gathered off Maven Central. Usage: kafka.sh up|down|status
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
@@ -25,6 +26,11 @@ write_config() {
   local listeners="PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT"
   local advertised="PLAINTEXT://127.0.0.1:$KAFKA_PORT"
   local protocols="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+  # And over TLS, with the services' certificate (clients: ssl://...), and
+  # over TLS with a SASL PLAIN login (sasl_ssl://user:password@...).
+  listeners+=",SSL://127.0.0.1:$KAFKA_TLS_PORT,SASL_SSL://127.0.0.1:$KAFKA_SASL_PORT"
+  advertised+=",SSL://127.0.0.1:$KAFKA_TLS_PORT,SASL_SSL://127.0.0.1:$KAFKA_SASL_PORT"
+  protocols+=",SSL:SSL,SASL_SSL:SASL_SSL"
   # Pods reach the broker through the test bridge, on a listener of their own.
   if ip -4 addr show 2>/dev/null | grep -q "inet $BRIDGE_IP/"; then
     listeners+=",BRIDGE://$BRIDGE_IP:$KAFKA_BRIDGE_PORT"
@@ -50,7 +56,14 @@ share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
+ssl.keystore.type=PEM
+ssl.keystore.location=$KAFKA_DATA/tls-keystore.pem
+sasl.enabled.mechanisms=PLAIN
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$KAFKA_SASL_USER="$KAFKA_SASL_PASSWORD";
 PROPS
+  # The key and its certificate in one file, as a PEM keystore is.
+  services_pki
+  (umask 077 && cat "$SERVICES_PKI/server.key" "$SERVICES_PKI/server.crt" >"$KAFKA_DATA/tls-keystore.pem")
   cat >"$KAFKA_DATA/log4j2.properties" <<'PROPS'
 rootLogger.level=INFO
 rootLogger.appenderRef.stdout.ref=STDOUT
@@ -79,9 +92,13 @@ started_since() { [ "$(started_count)" -gt "$1" ]; }
 
 up() {
   install_jars
-  # Started before the bridge existed: restart it with the BRIDGE listener.
+  # Started before the bridge existed: restart it with the BRIDGE listener
+  # (and an older stack's without its TLS one).
   if is_running kafka && bridge_up && ! listening "$BRIDGE_IP" "$KAFKA_BRIDGE_PORT"; then
     log "kafka has no listener on $BRIDGE_IP, restarting it"
+    stop_pid kafka
+  elif is_running kafka && ! listening 127.0.0.1 "$KAFKA_SASL_PORT"; then
+    log "kafka has no TLS listeners, restarting it"
     stop_pid kafka
   fi
   if is_running kafka; then

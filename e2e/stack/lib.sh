@@ -28,14 +28,19 @@ K8S_VERSION=1.34.4
 ETCD_VERSION=3.6.16
 KAFKA_VERSION=4.1.1
 HELM_VERSION=3.19.5
+SCHEMATHESIS_VERSION=4.32.5
 
 K8S_BIN=$CACHE_DIR/kubernetes-v$K8S_VERSION/bin
 ETCD_BIN=$CACHE_DIR/etcd-v$ETCD_VERSION/bin
 HELM_BIN=$CACHE_DIR/helm-v$HELM_VERSION/bin
 KAFKA_HOME=$CACHE_DIR/kafka-$KAFKA_VERSION
+# The OpenAPI fuzzer's venv (schemathesis.sh).
+SCHEMATHESIS_VENV=$CACHE_DIR/schemathesis-$SCHEMATHESIS_VERSION
 
 # Non-default loopback ports, so the stack never collides with a system service.
 REDIS_PORT=${FLASHSALE_REDIS_PORT:-16379}
+# The same node over TLS (the services' certificate).
+REDIS_TLS_PORT=16380
 # The Redis Cluster: 3 masters and a replica each (their cluster bus ports
 # are these + 10000).
 REDIS_CLUSTER_PORTS=(17001 17002 17003 17004 17005 17006)
@@ -46,6 +51,12 @@ REDIS_SENTINEL_PORTS=(26381 26382 26383)
 REDIS_SENTINEL_SERVICE=flashsale
 PG_PORT=${FLASHSALE_PG_PORT:-15432}
 KAFKA_PORT=${FLASHSALE_KAFKA_PORT:-19092}
+# The broker's TLS listeners (the services' certificate): one plain, one
+# with a SASL PLAIN login (a test account).
+KAFKA_TLS_PORT=19095
+KAFKA_SASL_PORT=19096
+KAFKA_SASL_USER=flashsale
+KAFKA_SASL_PASSWORD=flashsale-test-password
 KAFKA_CONTROLLER_PORT=19093
 ETCD_PORT=12379
 ETCD_PEER_PORT=12380
@@ -69,6 +80,11 @@ FIRST_SERVICE_IP=198.19.0.1
 NODE_NAME=flashsale-node
 APISERVER_URL=https://$BRIDGE_IP:$APISERVER_PORT
 PKI=$RUN_DIR/pki
+# The services' TLS (PostgreSQL, Redis): a CA of their own and one server
+# certificate for loopback and the bridge. Not under $PKI, which kube.sh
+# replaces whole when it is incomplete.
+SERVICES_PKI=$RUN_DIR/pki-services
+SERVICES_CA=$SERVICES_PKI/ca.crt
 # The node (node.sh): containerd's files and socket. Images built with
 # image.sh are called $IMAGE_PREFIX/NAME:TAG; tests' pods use PROBE_IMAGE.
 NODE_DIR=$RUN_DIR/node
@@ -241,6 +257,24 @@ issue() {
     -set_serial "0x$(openssl rand -hex 16)" -days 3650 -sha256 \
     -extfile "$name.ext" -out "$name.crt" 2>/dev/null
   rm -f "$name.csr" "$name.ext"
+}
+
+# services_pki: $SERVICES_PKI's CA and server certificate, made once.
+services_pki() {
+  [ -f "$SERVICES_PKI/server.crt" ] && [ -f "$SERVICES_PKI/server.key" ] && return 0
+  rm -rf "$SERVICES_PKI"
+  mkdir -p "$SERVICES_PKI.tmp"
+  (
+    cd "$SERVICES_PKI.tmp"
+    new_ca ca "flashsale services CA"
+    issue ca server "/CN=flashsale-services" "basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth
+subjectAltName = IP:127.0.0.1, IP:$BRIDGE_IP, DNS:localhost"
+    chmod 0644 server.crt ca.crt
+  )
+  mv "$SERVICES_PKI.tmp" "$SERVICES_PKI"
+  log "made the services' CA and certificate in $SERVICES_PKI"
 }
 
 CLIENT_EXT='basicConstraints = critical, CA:FALSE

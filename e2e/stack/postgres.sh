@@ -11,6 +11,9 @@ PG_BIN=/usr/lib/postgresql/15/bin
 PG_DATA=$PG_HOME/data
 PG_SOCK=$PG_HOME/sock
 PG_LOG=$PG_HOME/postgres.log
+# Its TLS key and certificate (from $SERVICES_PKI): the server wants the key
+# owned by itself and closed to others.
+PG_TLS=$PG_HOME/tls
 DB_NAME=flashsale
 
 # as_postgres CMD...: run CMD as `postgres` from /, which it can always enter
@@ -35,21 +38,36 @@ up() {
     # Pods on the test bridge connect over TCP too.
     echo "host all all $POD_CIDR trust" | as_postgres tee -a "$PG_DATA/pg_hba.conf" >/dev/null
   fi
-  # Started before the bridge existed (loopback only): restart it on both.
-  if bridge_up && ! listening "$BRIDGE_IP" "$PG_PORT" &&
-    as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then
-    log "postgres does not listen on $BRIDGE_IP, restarting it"
-    as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w stop >/dev/null
+  tls_files
+  # Started before the bridge existed (loopback only), or without TLS (an
+  # older stack): restart it.
+  if as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then
+    if bridge_up && ! listening "$BRIDGE_IP" "$PG_PORT"; then
+      log "postgres does not listen on $BRIDGE_IP, restarting it"
+      as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w stop >/dev/null
+    elif [ "$(psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -tAc 'show ssl' 2>/dev/null)" != on ]; then
+      log "postgres runs without TLS, restarting it"
+      as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w stop >/dev/null
+    fi
   fi
   if ! as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then
     as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -w -t 30 start \
-      -o "-p $PG_PORT -k $PG_SOCK -c listen_addresses=$(listen_addrs) -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" >/dev/null
+      -o "-p $PG_PORT -k $PG_SOCK -c listen_addresses=$(listen_addrs) -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c ssl=on -c ssl_cert_file=$PG_TLS/server.crt -c ssl_key_file=$PG_TLS/server.key" >/dev/null
   fi
   as_root head -1 "$PG_DATA/postmaster.pid" >"$(pid_file postgres)"
   if ! psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -tAc "select 1 from pg_database where datname='$DB_NAME'" | grep -q 1; then
     psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -qc "create database $DB_NAME"
   fi
   log "postgres ready on $PG_PORT (database $DB_NAME)"
+}
+
+# tls_files: the services' certificate and key, copied where the server
+# reads them (plain and TLS connections are both accepted).
+tls_files() {
+  services_pki
+  as_root install -d -m 0700 -o postgres -g postgres "$PG_TLS"
+  as_root install -m 0644 -o postgres -g postgres "$SERVICES_PKI/server.crt" "$PG_TLS/server.crt"
+  as_root install -m 0600 -o postgres -g postgres "$SERVICES_PKI/server.key" "$PG_TLS/server.key"
 }
 
 down() {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Redis: one node on $REDIS_PORT, a Redis Cluster of 3 masters with a
+# Redis: one node on $REDIS_PORT (and over TLS on $REDIS_TLS_PORT), a Redis Cluster of 3 masters with a
 # replica each on ${REDIS_CLUSTER_PORTS[*]}, and a primary with a replica on
 # ${REDIS_REPLICATED_PORTS[*]} watched by three Sentinels on
 # ${REDIS_SENTINEL_PORTS[*]}. A master that dies is replaced by its replica
@@ -43,8 +43,21 @@ start_node() { # NAME PORT EXTRA_ARGS...
     --enable-debug-command local "$@"
 }
 
+# The single node's TLS port, with the services' certificate; clients are
+# not asked for one.
+start_single_node() {
+  services_pki
+  if is_running redis && ! listening 127.0.0.1 "$REDIS_TLS_PORT"; then
+    log "redis does not serve TLS on $REDIS_TLS_PORT, restarting it"
+    stop_pid redis
+  fi
+  start_node redis "$REDIS_PORT" --tls-port "$REDIS_TLS_PORT" \
+    --tls-cert-file "$SERVICES_PKI/server.crt" --tls-key-file "$SERVICES_PKI/server.key" \
+    --tls-ca-cert-file "$SERVICES_CA" --tls-auth-clients no
+}
+
 up() {
-  start_node redis "$REDIS_PORT"
+  start_single_node
   for port in "${REDIS_CLUSTER_PORTS[@]}"; do
     start_node "redis-cluster-$port" "$port" --cluster-enabled yes \
       --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
@@ -121,7 +134,7 @@ start_replicated() { # PORT [EXTRA_ARGS...]
 restart() {
   local name=${1:?usage: redis.sh restart NAME}
   case $name in
-    redis) start_node redis "$REDIS_PORT" ;;
+    redis) start_single_node ;;
     redis-cluster-*)
       start_node "$name" "${name#redis-cluster-}" --cluster-enabled yes \
         --cluster-config-file nodes.conf --cluster-node-timeout 2000 \

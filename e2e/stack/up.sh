@@ -18,5 +18,6 @@ claim_stack
 "$STACK_DIR/node.sh" up
 "$STACK_DIR/build-k8s.sh" helm
 "$STACK_DIR/prometheus.sh" up
+"$STACK_DIR/schemathesis.sh" install
 "$STACK_DIR/write-env.sh"
 log "stack up in $((SECONDS - started)) s; run: . $ENV_FILE"

@@ -16,11 +16,16 @@ cat >"$ENV_FILE.tmp" <<ENV
 export PATH="$K8S_BIN:$ETCD_BIN:$HELM_BIN:$REPO_DIR/target/debug:\$PATH"
 export KUBECONFIG='$RUN_DIR/kubeconfig'
 export REDIS_URL='redis://127.0.0.1:$REDIS_PORT'
+export REDIS_TLS_URL='rediss://127.0.0.1:$REDIS_TLS_PORT'
 export REDIS_CLUSTER_URLS='$cluster_csv'
 export REDIS_SENTINEL_URL='redis-sentinel://$sentinel_csv/$REDIS_SENTINEL_SERVICE'
 export DATABASE_URL='postgres://postgres@127.0.0.1:$PG_PORT/flashsale'
 export KAFKA_BOOTSTRAP='127.0.0.1:$KAFKA_PORT'
+export KAFKA_TLS_BOOTSTRAP='ssl://127.0.0.1:$KAFKA_TLS_PORT'
+export KAFKA_SASL_BOOTSTRAP='sasl_ssl://$KAFKA_SASL_USER:$KAFKA_SASL_PASSWORD@127.0.0.1:$KAFKA_SASL_PORT'
 export FLASHSALE_RUN='$RUN_DIR'
+# The CA of the services' TLS certificate (PostgreSQL, Redis and Kafka TLS ports).
+export FLASHSALE_SERVICES_CA='$SERVICES_CA'
 export FLASHSALE_LOGS='$LOG_DIR'
 # The local loop (e2e/stack/local.sh, run by make up): the shopper API, its
 # metrics (the internal port) and the namespace its operator watches.
@@ -29,5 +34,7 @@ export FLASHSALE_API_METRICS_URL='http://127.0.0.1:$API_INTERNAL_PORT/metrics'
 export FLASHSALE_NAMESPACE='default'
 # Prometheus: the chart's alert rules over everything above (prometheus.sh).
 export PROMETHEUS_URL='http://127.0.0.1:$PROMETHEUS_PORT'
+# schemathesis, which fuzzes the API from its OpenAPI document (openapi_fuzz.rs).
+export FLASHSALE_SCHEMATHESIS='$SCHEMATHESIS_VENV/bin/st'
 ENV
 mv "$ENV_FILE.tmp" "$ENV_FILE"

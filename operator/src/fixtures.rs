@@ -53,6 +53,7 @@ fn context(leading: bool) -> (Arc<Context>, ApiHandle) {
             kafka: String::new(),
             consumer_resources: ("100m".into(), "64Mi".into(), "128Mi".into()),
             reservation_min_age: "5s".into(),
+            services_ca: None,
         },
         lag_readers: Mutex::new(HashMap::new()),
         metrics: Arc::new(Metrics::default()),

@@ -78,6 +78,11 @@ struct Args {
     /// Reservations younger than this are never touched by reconciliation.
     #[arg(long, env = "FLASHSALE_RESERVATION_MIN_AGE", default_value = "30s")]
     reservation_min_age: String,
+    /// A private CA (PEM) that signed Redis's, PostgreSQL's or Kafka's
+    /// certificate: every sale pod trusts it (the operator itself trusts
+    /// it through `SSL_CERT_FILE`, as any pod does).
+    #[arg(long, env = "FLASHSALE_SERVICES_CA_FILE")]
+    services_ca_file: Option<std::path::PathBuf>,
     /// Apply the database migrations at start.
     #[arg(long, env = "FLASHSALE_MIGRATE")]
     migrate: bool,
@@ -224,6 +229,15 @@ async fn main() -> anyhow::Result<()> {
                 args.consumer_memory_limit.clone(),
             ),
             reservation_min_age: args.reservation_min_age.clone(),
+            services_ca: args
+                .services_ca_file
+                .as_ref()
+                .map(|path| {
+                    std::fs::read_to_string(path).with_context(|| {
+                        format!("reading the services' CA from {}", path.display())
+                    })
+                })
+                .transpose()?,
         },
         lag_readers: Mutex::new(HashMap::new()),
         metrics: metrics.clone(),

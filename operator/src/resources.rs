@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EnvFromSource, EnvVar, HTTPGetAction,
+    Capabilities, Container, ContainerPort, EnvFromSource, EnvVar, HTTPGetAction, KeyToPath,
     PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
-    Secret, SecretEnvSource, SecurityContext,
+    Secret, SecretEnvSource, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -56,7 +56,17 @@ pub struct WorkloadSettings {
     pub consumer_resources: (String, String, String),
     /// The reconcile job's minimum reservation age (the API's produce timeout at least).
     pub reservation_min_age: String,
+    /// The PEM of a private CA the services' certificates are signed by:
+    /// the pods trust it (as `SSL_CERT_FILE`). None: public CAs only.
+    pub services_ca: Option<String>,
 }
+
+/// The key of the sale's Secret holding the services' CA (a valid variable
+/// name: the Secret is also the pods' environment).
+const SERVICES_CA_KEY: &str = "FLASHSALE_SERVICES_CA_PEM";
+/// Where the pods find the services' CA.
+const SERVICES_CA_DIR: &str = "/etc/flashsale/services-ca";
+const SERVICES_CA_VOLUME: &str = "services-ca";
 
 /// The name of the Secret holding the connection strings of the sale's pods.
 pub fn secret_name(sale: &str) -> String {
@@ -66,13 +76,17 @@ pub fn secret_name(sale: &str) -> String {
 /// The sale's Secret: where its pods find Redis, PostgreSQL and Kafka.
 pub fn workload_secret(fs: &FlashSale, settings: &WorkloadSettings) -> Secret {
     let sale = fs.metadata.name.clone().unwrap_or_default();
+    let mut data = BTreeMap::from([
+        ("FLASHSALE_REDIS".into(), settings.redis.clone()),
+        ("DATABASE_URL".into(), settings.database_url.clone()),
+        ("KAFKA_BOOTSTRAP".into(), settings.kafka.clone()),
+    ]);
+    if let Some(ca) = &settings.services_ca {
+        data.insert(SERVICES_CA_KEY.into(), ca.clone());
+    }
     Secret {
         metadata: metadata(fs, secret_name(&sale), labels(fs, "workload")),
-        string_data: Some(BTreeMap::from([
-            ("FLASHSALE_REDIS".into(), settings.redis.clone()),
-            ("DATABASE_URL".into(), settings.database_url.clone()),
-            ("KAFKA_BOOTSTRAP".into(), settings.kafka.clone()),
-        ])),
+        string_data: Some(data),
         type_: Some("Opaque".into()),
         ..Secret::default()
     }
@@ -117,13 +131,13 @@ fn metadata(fs: &FlashSale, name: String, labels: BTreeMap<String, String>) -> O
     }
 }
 
-fn env(fs: &FlashSale) -> Vec<EnvVar> {
+fn env(fs: &FlashSale, settings: &WorkloadSettings) -> Vec<EnvVar> {
     let var = |name: &str, value: &str| EnvVar {
         name: name.into(),
         value: Some(value.into()),
         value_from: None,
     };
-    vec![
+    let mut env = vec![
         var(
             "FLASHSALE_NAMESPACE",
             fs.metadata.namespace.as_deref().unwrap_or_default(),
@@ -134,7 +148,12 @@ fn env(fs: &FlashSale) -> Vec<EnvVar> {
         ),
         var("FLASHSALE_LOG_FORMAT", "json"),
         var("RUST_LOG", "info"),
-    ]
+    ];
+    if settings.services_ca.is_some() {
+        // Read by every TLS client of the binary (rustls-native-certs, OpenSSL).
+        env.push(var("SSL_CERT_FILE", &format!("{SERVICES_CA_DIR}/ca.crt")));
+    }
+    env
 }
 
 /// Runs as nobody, read-only root, no privilege, no capability, the
@@ -190,7 +209,7 @@ fn container(fs: &FlashSale, settings: &WorkloadSettings, name: &str, args: &[&s
         image: Some(settings.image.clone()),
         image_pull_policy: Some(settings.pull_policy.clone()),
         args: Some(args.iter().map(|a| a.to_string()).collect()),
-        env: Some(env(fs)),
+        env: Some(env(fs, settings)),
         // Connection strings (a database password among them) come from the
         // sale's Secret, never from the pod spec.
         env_from: Some(vec![EnvFromSource {
@@ -201,8 +220,36 @@ fn container(fs: &FlashSale, settings: &WorkloadSettings, name: &str, args: &[&s
             ..EnvFromSource::default()
         }]),
         security_context: hardened().1,
+        volume_mounts: settings.services_ca.as_ref().map(|_| {
+            vec![VolumeMount {
+                name: SERVICES_CA_VOLUME.into(),
+                mount_path: SERVICES_CA_DIR.into(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            }]
+        }),
         ..Container::default()
     }
+}
+
+/// The pods' volumes: the services' CA, from the sale's Secret, if any.
+fn volumes(fs: &FlashSale, settings: &WorkloadSettings) -> Option<Vec<Volume>> {
+    let sale = fs.metadata.name.as_deref().unwrap_or_default();
+    settings.services_ca.as_ref().map(|_| {
+        vec![Volume {
+            name: SERVICES_CA_VOLUME.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret_name(sale)),
+                items: Some(vec![KeyToPath {
+                    key: SERVICES_CA_KEY.into(),
+                    path: "ca.crt".into(),
+                    mode: None,
+                }]),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        }]
+    })
 }
 
 /// The sale's consumer Deployment. Replicas are not set (nor hashed) here:
@@ -255,6 +302,7 @@ pub fn consumer_deployment(fs: &FlashSale, settings: &WorkloadSettings) -> Deplo
                 }),
                 spec: Some(PodSpec {
                     containers: vec![consumer],
+                    volumes: volumes(fs, settings),
                     automount_service_account_token: Some(false),
                     security_context: hardened().0,
                     termination_grace_period_seconds: Some(30),
@@ -319,6 +367,7 @@ pub fn job(fs: &FlashSale, settings: &WorkloadSettings, kind: JobKind) -> Job {
                 }),
                 spec: Some(PodSpec {
                     containers: vec![container],
+                    volumes: volumes(fs, settings),
                     automount_service_account_token: Some(false),
                     restart_policy: Some("Never".into()),
                     security_context: hardened().0,
@@ -357,7 +406,38 @@ mod tests {
             kafka: "198.18.0.1:19094".into(),
             consumer_resources: ("100m".into(), "64Mi".into(), "256Mi".into()),
             reservation_min_age: "30s".into(),
+            services_ca: None,
         }
+    }
+
+    #[test]
+    fn a_private_ca_is_trusted_by_every_pod() {
+        let with_ca = WorkloadSettings {
+            services_ca: Some("-----BEGIN CERTIFICATE-----\n".into()),
+            ..settings()
+        };
+        let secret = workload_secret(&sale(), &with_ca);
+        assert!(secret.string_data.unwrap().contains_key(SERVICES_CA_KEY));
+        let consumer = consumer_deployment(&sale(), &with_ca);
+        let pods = [JobKind::Final, JobKind::Cleanup]
+            .into_iter()
+            .map(|kind| job(&sale(), &with_ca, kind).spec.unwrap().template)
+            .chain([consumer.spec.unwrap().template]);
+        for pod in pods {
+            let pod = pod.spec.unwrap();
+            let volume = &pod.volumes.as_ref().unwrap()[0];
+            let mount = &pod.containers[0].volume_mounts.as_ref().unwrap()[0];
+            assert_eq!(volume.name, mount.name);
+            let env = pod.containers[0].env.clone().unwrap();
+            let file = env.iter().find(|e| e.name == "SSL_CERT_FILE").unwrap();
+            assert_eq!(
+                file.value.as_deref(),
+                Some(format!("{}/ca.crt", mount.mount_path).as_str())
+            );
+        }
+        // Without one, nothing is mounted.
+        let plain = consumer_deployment(&sale(), &settings());
+        assert!(plain.spec.unwrap().template.spec.unwrap().volumes.is_none());
     }
 
     #[test]

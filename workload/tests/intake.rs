@@ -388,7 +388,7 @@ async fn hostile_requests_get_4xx_and_change_nothing() {
     }
     let expected = [
         (0, 400, "INVALID_REQUEST"),
-        (1, 400, "INVALID_REQUEST"),
+        (1, 413, "PAYLOAD_TOO_LARGE"),
         (2, 400, "INVALID_REQUEST"),
         (3, 400, "INVALID_REQUEST"),
         (4, 400, "INVALID_REQUEST"),

@@ -129,6 +129,22 @@ value: {{ required "redis.url is required" .Values.redis.url | quote }}
 {{- end }}
 {{- end }}
 
+{{/* The Kafka bootstrap list as an env var's value or valueFrom; "pod"
+selects the sale pods' one. */}}
+{{- define "flashsale.kafka.env" -}}
+{{- $root := index . 0 }}
+{{- $pod := eq (index . 1) "pod" }}
+{{- $kafka := $root.Values.kafka }}
+{{- if $kafka.existingSecret -}}
+valueFrom:
+  secretKeyRef:
+    name: {{ $kafka.existingSecret }}
+    key: {{ ternary (default $kafka.existingSecretKey $kafka.existingSecretPodKey) $kafka.existingSecretKey $pod }}
+{{- else -}}
+value: {{ ternary (default $kafka.bootstrap $kafka.podBootstrap) (required "kafka.bootstrap is required" $kafka.bootstrap) $pod | quote }}
+{{- end }}
+{{- end }}
+
 {{/* The Secret holding the payment provider's callback secret. */}}
 {{- define "flashsale.payments.secretName" -}}
 {{- printf "%s-payments" (include "flashsale.fullname" .) }}
@@ -176,4 +192,42 @@ that no existingSecret provides. */}}
 {{- define "flashsale.jwt.chartSecret" -}}
 {{- $j := .Values.jwt -}}
 {{- if or (and $j.hs256.enabled (not $j.hs256.existingSecret)) (and $j.rs256.publicKey (not $j.rs256.existingSecret)) }}true{{ end }}
+{{- end }}
+
+{{/* The ConfigMap holding the services' CA, and its key; empty: none. */}}
+{{- define "flashsale.servicesCa.configMap" -}}
+{{- if .Values.servicesCa.existingConfigMap -}}
+{{ .Values.servicesCa.existingConfigMap }}
+{{- else if .Values.servicesCa.certificate -}}
+{{ include "flashsale.fullname" . }}-services-ca
+{{- end -}}
+{{- end }}
+
+{{/* SSL_CERT_FILE naming the services' CA, as env entries (or nothing). */}}
+{{- define "flashsale.servicesCa.env" -}}
+{{- if include "flashsale.servicesCa.configMap" . }}
+- name: SSL_CERT_FILE
+  value: /etc/flashsale/services-ca/ca.crt
+{{- end }}
+{{- end }}
+
+{{/* The CA's volume mount (or nothing). */}}
+{{- define "flashsale.servicesCa.mount" -}}
+{{- if include "flashsale.servicesCa.configMap" . }}
+- name: services-ca
+  mountPath: /etc/flashsale/services-ca
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* The CA's volume (or nothing). */}}
+{{- define "flashsale.servicesCa.volume" -}}
+{{- with include "flashsale.servicesCa.configMap" . }}
+- name: services-ca
+  configMap:
+    name: {{ . }}
+    items:
+      - key: {{ ternary $.Values.servicesCa.existingConfigMapKey "ca.crt" (ne $.Values.servicesCa.existingConfigMap "") }}
+        path: ca.crt
+{{- end }}
 {{- end }}

@@ -101,6 +101,17 @@ pub fn kafka_bootstrap() -> String {
     var("KAFKA_BOOTSTRAP")
 }
 
+/// The CA that signed the services' TLS certificate (PostgreSQL, Redis's
+/// TLS port).
+pub fn services_ca() -> PathBuf {
+    PathBuf::from(var("FLASHSALE_SERVICES_CA"))
+}
+
+/// schemathesis, the OpenAPI fuzzer (`e2e/stack/schemathesis.sh`).
+pub fn schemathesis() -> PathBuf {
+    PathBuf::from(var("FLASHSALE_SCHEMATHESIS"))
+}
+
 /// The admin kubeconfig of the stack's Kubernetes API server.
 pub fn kubeconfig() -> PathBuf {
     PathBuf::from(var("KUBECONFIG"))

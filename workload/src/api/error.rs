@@ -62,6 +62,20 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", message)
     }
 
+    /// A body that could not be read: 413 `PAYLOAD_TOO_LARGE` past the
+    /// body limit, else 400 `INVALID_REQUEST`.
+    pub fn unreadable_body(rejection: &axum::extract::rejection::BytesRejection) -> Self {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            Self::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "PAYLOAD_TOO_LARGE",
+                format!("the body is larger than {} bytes", super::MAX_BODY_BYTES),
+            )
+        } else {
+            Self::invalid(format!("unreadable body: {rejection}"))
+        }
+    }
+
     /// 401 `UNAUTHENTICATED`.
     pub fn unauthenticated(message: impl Into<String>) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", message)

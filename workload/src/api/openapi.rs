@@ -22,9 +22,27 @@ use super::tokens::PurchaseToken;
         super::payments::callback
     ),
     components(schemas(SaleInfo, PurchaseToken, PurchaseRequest, PurchaseAccepted, OrderView, PaymentView, PaymentCallback, ErrorBody)),
-    modifiers(&BearerAuth)
+    modifiers(&BearerAuth, &OptionalPurchaseBody)
 )]
 struct ApiDoc;
+
+/// The purchase body may be left out (one unit): utoipa marks a body
+/// optional only by making it nullable, which the API does not accept.
+struct OptionalPurchaseBody;
+
+impl Modify for OptionalPurchaseBody {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let body = openapi
+            .paths
+            .paths
+            .get_mut("/v1/sales/{sale}/orders")
+            .and_then(|path| path.post.as_mut())
+            .and_then(|post| post.request_body.as_mut());
+        if let Some(utoipa::openapi::RefOr::T(body)) = body {
+            body.required = Some(utoipa::openapi::Required::False);
+        }
+    }
+}
 
 struct BearerAuth;
 
@@ -47,4 +65,62 @@ impl Modify for BearerAuth {
 /// The document served at `/openapi.json`.
 pub fn document() -> utoipa::openapi::OpenApi {
     ApiDoc::openapi()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    fn document() -> Value {
+        serde_json::to_value(super::document()).unwrap()
+    }
+
+    fn operation<'a>(doc: &'a Value, path: &str, method: &str) -> &'a Value {
+        &doc["paths"][path][method]
+    }
+
+    #[test]
+    fn the_purchase_body_is_optional_and_bounded() {
+        let doc = document();
+        let body = &operation(&doc, "/v1/sales/{sale}/orders", "post")["requestBody"];
+        assert_eq!(body["required"], json!(false));
+        let quantity = &doc["components"]["schemas"]["PurchaseRequest"]["properties"]["quantity"];
+        assert_eq!(
+            (&quantity["minimum"], &quantity["maximum"]),
+            (&json!(1), &json!(1000))
+        );
+    }
+
+    #[test]
+    fn a_callback_that_fits_the_document_fits_the_body_limit() {
+        let doc = document();
+        let callback = &doc["components"]["schemas"]["PaymentCallback"];
+        assert_eq!(callback["additionalProperties"], json!(false));
+        let outcome = &callback["properties"]["outcome"];
+        assert_eq!(outcome["enum"], json!(["succeeded", "failed"]));
+    }
+
+    #[test]
+    fn every_post_documents_the_body_limit() {
+        let doc = document();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            if let Some(post) = item.get("post") {
+                assert!(post["responses"].get("413").is_some(), "{path}: no 413");
+            }
+        }
+    }
+
+    #[test]
+    fn the_idempotency_key_is_bounded() {
+        let doc = document();
+        let parameters = operation(&doc, "/v1/sales/{sale}/orders", "post")["parameters"]
+            .as_array()
+            .unwrap();
+        let key = parameters
+            .iter()
+            .find(|p| p["name"] == "Idempotency-Key")
+            .unwrap();
+        assert_eq!(key["schema"]["maxLength"], json!(128));
+        assert_eq!(key["schema"]["pattern"], json!("^[!-~]+$"));
+    }
 }

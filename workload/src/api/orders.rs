@@ -31,12 +31,26 @@ pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 128;
 #[serde(deny_unknown_fields)]
 pub struct PurchaseRequest {
     /// Units to buy, 1 to 1000 (and within the sale's per-shopper limit).
-    #[serde(default = "one")]
+    #[serde(default = "one", deserialize_with = "whole_number")]
+    #[schema(minimum = 1, maximum = 1000)]
     pub quantity: i64,
 }
 
 fn one() -> i64 {
     1
+}
+
+/// An integer as JSON Schema means it: `5.0` is the integer 5 (serde alone
+/// refuses it), `5.5` is not an integer.
+fn whole_number<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
+    use serde::de::Error;
+    match serde_json::Number::deserialize(deserializer)? {
+        n if n.is_i64() => Ok(n.as_i64().unwrap_or_default()),
+        n => match n.as_f64() {
+            Some(f) if f.fract() == 0.0 && f.abs() < i64::MAX as f64 => Ok(f as i64),
+            _ => Err(D::Error::custom(format!("{n} is not a whole number"))),
+        },
+    }
 }
 
 /// An accepted purchase.
@@ -78,7 +92,7 @@ pub(super) fn json_object<T: serde::de::DeserializeOwned>(
     body: Result<Bytes, BytesRejection>,
     shape: &str,
 ) -> Result<T, ApiError> {
-    let body = body.map_err(|e| ApiError::invalid(format!("unreadable body: {e}")))?;
+    let body = body.map_err(|e| ApiError::unreadable_body(&e))?;
     let value = if body.iter().all(u8::is_ascii_whitespace) {
         serde_json::Value::Object(serde_json::Map::new())
     } else {
@@ -141,7 +155,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     path = "/v1/sales/{sale}/orders",
     params(
         ("sale" = String, Path, description = "The FlashSale's name"),
-        ("Idempotency-Key" = Option<String>, Header, description = "A retry with the same key returns the first answer"),
+        ("Idempotency-Key" = Option<String>, Header, description = "A retry with the same key returns the first answer", min_length = 1, max_length = 128, pattern = "^[!-~]+$"),
         ("Purchase-Token" = Option<String>, Header, description = "Required when the sale asks for it (purchaseTokenRequired): from GET /v1/sales/{sale}/token; buys once"),
     ),
     request_body(content = PurchaseRequest, description = "Defaults to one unit"),
@@ -153,6 +167,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         (status = 403, description = "TOKEN_REQUIRED or TOKEN_INVALID: the sale needs an unused purchase token of this shopper", body = ErrorBody),
         (status = 404, description = "NOT_FOUND: no such sale", body = ErrorBody),
         (status = 409, description = "NOT_STARTED, ENDED, SOLD_OUT, LIMIT_EXCEEDED or PAUSED", body = ErrorBody),
+        (status = 413, description = "PAYLOAD_TOO_LARGE: a body over 1 KiB", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED, with Retry-After", body = ErrorBody),
         (status = 503, description = "NOT_WARMED, BUSY or UNAVAILABLE (nothing was reserved)", body = ErrorBody),
     ),
@@ -271,6 +286,7 @@ pub async fn get_order(
         (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
         (status = 404, description = "NOT_FOUND", body = ErrorBody),
         (status = 409, description = "ORDER_PENDING (with Retry-After) or ORDER_NOT_CANCELLABLE", body = ErrorBody),
+        (status = 413, description = "PAYLOAD_TOO_LARGE: a body over 1 KiB", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED, with Retry-After", body = ErrorBody),
         (status = 503, description = "BUSY: too many requests in flight, or UNAVAILABLE: a dependency is down or the request took too long; with Retry-After", body = ErrorBody),
     ),
@@ -449,7 +465,7 @@ mod tests {
 
     #[test]
     fn quantity_table() {
-        let cases: [(&[u8], Result<i64, ()>); 12] = [
+        let cases: [(&[u8], Result<i64, ()>); 15] = [
             (b"", Ok(1)),
             (b"  \n", Ok(1)),
             (b"{}", Ok(1)),
@@ -459,6 +475,10 @@ mod tests {
             (br#"{"quantity": 0}"#, Err(())),
             (br#"{"quantity": -1}"#, Err(())),
             (br#"{"quantity": 1.5}"#, Err(())),
+            // JSON Schema's integers: a whole number written with a fraction.
+            (br#"{"quantity": 5.0}"#, Ok(5)),
+            (br#"{"quantity": 1e2}"#, Ok(100)),
+            (br#"{"quantity": 1e300}"#, Err(())),
             (br#"{"quantity": "2"}"#, Err(())),
             (br#"{"quantity": 99999999999999999999}"#, Err(())),
             (b"{not json", Err(())),

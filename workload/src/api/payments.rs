@@ -41,8 +41,18 @@ pub struct PaymentCallback {
     /// Its order.
     pub order_id: Uuid,
     /// `succeeded` or `failed`.
-    #[schema(value_type = String, example = "succeeded")]
+    #[schema(schema_with = outcome_schema)]
     pub outcome: PaymentOutcome,
+}
+
+/// `outcome` in the document: one of the two words, so a body that fits the
+/// document fits the body limit too.
+fn outcome_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::String)
+        .enum_values(Some(["succeeded", "failed"]))
+        .description(Some("`succeeded` or `failed`"))
+        .build()
 }
 
 fn unavailable(e: sqlx::Error) -> ApiError {
@@ -63,6 +73,7 @@ fn unavailable(e: sqlx::Error) -> ApiError {
         (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
         (status = 404, description = "NOT_FOUND", body = ErrorBody),
         (status = 409, description = "ORDER_PENDING (with Retry-After) or ORDER_NOT_PAYABLE", body = ErrorBody),
+        (status = 413, description = "PAYLOAD_TOO_LARGE: a body over 1 KiB", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED, with Retry-After", body = ErrorBody),
         (status = 503, description = "BUSY: too many requests in flight, or UNAVAILABLE: a dependency is down or the request took too long; with Retry-After", body = ErrorBody),
     ),
@@ -117,6 +128,7 @@ pub async fn pay(
         (status = 401, description = "UNAUTHENTICATED: no signature, a wrong one, or one outside the replay window", body = ErrorBody),
         (status = 404, description = "NOT_FOUND: no such payment of that order", body = ErrorBody),
         (status = 409, description = "ORDER_CANCELLED: the order can no longer be paid, refund the payment; PAYMENT_SETTLED: it contradicts an earlier callback", body = ErrorBody),
+        (status = 413, description = "PAYLOAD_TOO_LARGE: a body over 1 KiB", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED, with Retry-After", body = ErrorBody),
         (status = 503, description = "BUSY, or UNAVAILABLE: payments are not configured or a dependency is down; with Retry-After", body = ErrorBody),
     ),
@@ -133,7 +145,7 @@ pub async fn callback(
         .payment_secret
         .as_deref()
         .ok_or_else(|| ApiError::unavailable("payment callbacks are not configured"))?;
-    let body = body.map_err(|e| ApiError::invalid(format!("unreadable body: {e}")))?;
+    let body = body.map_err(|e| ApiError::unreadable_body(&e))?;
     let signature = headers
         .get(SIGNATURE_HEADER)
         .and_then(|v| v.to_str().ok())

@@ -47,7 +47,7 @@ impl SentinelConn {
     pub async fn connect(sentinels: &[String], service: &str) -> RedisResult<Self> {
         let mut client = SentinelClient::build(
             sentinels.to_vec(),
-            service.to_string(),
+            service,
             None,
             SentinelServerType::Master,
         )?;

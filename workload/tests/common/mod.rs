@@ -171,6 +171,8 @@ pub struct ApiOptions {
     pub namespace: String,
     pub redis: RedisTarget,
     pub database: String,
+    /// Appended to the database's URL, e.g. `?sslmode=verify-full&...`.
+    pub database_params: String,
     pub kafka: String,
     pub per_shopper_per_sec: u32,
     pub produce_timeout: Duration,
@@ -194,6 +196,7 @@ impl ApiOptions {
             namespace: namespace.to_string(),
             redis,
             database: db.connect_options().get_database().unwrap().to_string(),
+            database_params: String::new(),
             kafka: stack::kafka_bootstrap(),
             per_shopper_per_sec: 1000,
             produce_timeout: Duration::from_secs(3),
@@ -227,7 +230,7 @@ impl TestApi {
             transport: options.transport,
             namespace: options.namespace,
             redis: options.redis,
-            database_url: database_url_of(&options.database),
+            database_url: database_url_of(&options.database) + &options.database_params,
             kafka: options.kafka,
             auth: match options.jwks {
                 Some(source) => AuthConfig {
