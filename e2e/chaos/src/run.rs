@@ -230,7 +230,9 @@ async fn run_inner(
     procs.start_operator("b")?;
     procs.start_api().await?;
     procs.start_consumer()?;
-    let mut timeline = vec![(at(t0), "processes started".to_string())];
+    // In the result as it grows: a run that fails keeps its timeline.
+    let timeline = &mut result.timeline;
+    timeline.push((at(t0), "processes started".to_string()));
 
     // The sale: warm-up 3 s before its start, 6 s from now; cleanup long
     // after the check's horizon (150 s for the final reconciliation), so
@@ -309,6 +311,7 @@ async fn run_inner(
     result.accepted_units = told.accepted.values().map(|(_, q)| q).sum();
     result.unavailable_secs = told.unavailable_secs();
     result.answers = told.answers.clone();
+    let timeline = &mut result.timeline;
 
     // The final reconciliation after the (possibly extended) end.
     let converged = wait_reconciled(&sales, Duration::from_secs(150)).await;
@@ -317,22 +320,19 @@ async fn run_inner(
         .await
         .map(|fs| flashsale_operator::context::to_chrono(&fs.spec.window.end))
         .unwrap_or(end);
-    result.converge_secs = converged.map(|t| (t - end).num_milliseconds() as f64 / 1000.0);
     timeline.push((at(t0), format!("reconciled: {converged:?}")));
+    result.converge_secs = converged.map(|t| (t - end).num_milliseconds() as f64 / 1000.0);
 
-    check(&db_url, &redis, &sale, &told, api_port, result).await?;
-    timeline.push((at(t0), "checked".into()));
-    // The pods' logs (consumers, Jobs) go with the namespace: keep them.
-    let pods = stack::kubectl(&[
-        "logs",
-        "-n",
-        &namespace,
-        "--prefix",
-        "--tail=-1",
-        "-l",
-        "app.kubernetes.io/managed-by",
-    ]);
-    let _ = std::fs::write(dir.join("pods.log"), pods);
+    let checked = check(&db_url, &redis, &sale, &told, api_port, result).await;
+    result.timeline.push((
+        at(t0),
+        match &checked {
+            Ok(()) => "checked".into(),
+            Err(e) => format!("check failed: {e:#}"),
+        },
+    ));
+    keep_evidence(&namespace, dir);
+    checked?;
     // Deleted while its operators run: the finalizer removes its topics.
     let _ = sales.delete("storm", &DeleteParams::default()).await;
     for _ in 0..300 {
@@ -341,8 +341,39 @@ async fn run_inner(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    result.timeline = timeline;
     Ok(())
+}
+
+/// What goes with the namespace, kept in the run's directory: the pods'
+/// logs (consumers, Jobs), the sale as the operator left it (status,
+/// conditions) and the namespace's events.
+fn keep_evidence(namespace: &str, dir: &Path) {
+    let kept = [
+        (
+            "pods.log",
+            vec![
+                "logs",
+                "--prefix",
+                "--tail=-1",
+                "-l",
+                "app.kubernetes.io/managed-by",
+            ],
+        ),
+        ("sale.yaml", vec!["get", "flashsales", "-o", "yaml"]),
+        (
+            "objects.txt",
+            vec!["get", "deployments,jobs,pods", "-o", "wide"],
+        ),
+        (
+            "events.txt",
+            vec!["get", "events", "--sort-by=.lastTimestamp"],
+        ),
+    ];
+    for (file, args) in kept {
+        let mut args = args;
+        args.extend(["-n", namespace]);
+        let _ = std::fs::write(dir.join(file), stack::kubectl(&args));
+    }
 }
 
 async fn sleep_until(t: chrono::DateTime<Utc>) {
