@@ -181,7 +181,7 @@ expect "jwt.jwks.url: the URL passed as is, nothing mounted" \
 expect "api.trustedProxies: passed to the API as one list; none by default" \
   eval 'grep -q "value: \"10.0.0.0/8,192.168.0.7\"" "$TMP/behind-an-ingress.yaml" && ! grep -q FLASHSALE_TRUSTED_PROXIES "$TMP/defaults.yaml"'
 expect "servicesCa: a ConfigMap with the CA, mounted as SSL_CERT_FILE by the operator and the API (and passed on to the sale pods); nothing by default" \
-  eval '[ "$(grep -c "^kind: ConfigMap" "$TMP/services-ca.yaml")" = 1 ] && [ "$(grep -c "value: /etc/flashsale/services-ca/ca.crt" "$TMP/services-ca.yaml")" = 3 ] && ! grep -q services-ca "$TMP/defaults.yaml"'
+  eval '[ "$(grep -c "^kind: ConfigMap" "$TMP/services-ca.yaml")" = 1 ] && [ "$(grep -c "value: /etc/flashsale/services-ca/ca.crt" "$TMP/services-ca.yaml")" = 3 ] && ! grep -q "/etc/flashsale/services-ca" "$TMP/defaults.yaml"'
 expect "servicesCa.existingConfigMap: that ConfigMap and key, none made" \
   eval 'grep -q "name: corp-ca" "$TMP/services-ca-configmap.yaml" && grep -q "key: root.pem" "$TMP/services-ca-configmap.yaml" && [ "$(grep -c "^kind: ConfigMap" "$TMP/services-ca-configmap.yaml")" = 0 ]'
 expect "the API pods mount no ServiceAccount token" \

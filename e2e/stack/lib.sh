@@ -80,7 +80,7 @@ FIRST_SERVICE_IP=198.19.0.1
 NODE_NAME=flashsale-node
 APISERVER_URL=https://$BRIDGE_IP:$APISERVER_PORT
 PKI=$RUN_DIR/pki
-# The services' TLS (PostgreSQL, Redis): a CA of their own and one server
+# The services' TLS (PostgreSQL, Redis, Kafka): a CA of their own and one server
 # certificate for loopback and the bridge. Not under $PKI, which kube.sh
 # replaces whole when it is incomplete.
 SERVICES_PKI=$RUN_DIR/pki-services

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Redis: one node on $REDIS_PORT (and over TLS on $REDIS_TLS_PORT), a Redis Cluster of 3 masters with a
-# replica each on ${REDIS_CLUSTER_PORTS[*]}, and a primary with a replica on
+# Redis: one node on $REDIS_PORT (and over TLS on $REDIS_TLS_PORT), a
+# Redis Cluster of 3 masters with a replica each on
+# ${REDIS_CLUSTER_PORTS[*]}, and a primary with a replica on
 # ${REDIS_REPLICATED_PORTS[*]} watched by three Sentinels on
 # ${REDIS_SENTINEL_PORTS[*]}. A master that dies is replaced by its replica
 # within seconds (cluster-node-timeout 2 s; Sentinel down-after 1 s;

@@ -1,7 +1,7 @@
 //! TLS to the services, with the CA the stack makes (`.run/pki-services`):
 //! PostgreSQL with `sslmode=require` and `verify-full`, Redis over
-//! `rediss://`, Kafka over `ssl://` and `sasl_ssl://`, a certificate of another CA refused by
-//! all three, and the API selling over all three.
+//! `rediss://`, Kafka over `ssl://` and `sasl_ssl://`, a certificate of
+//! another CA refused by all three, and the API selling over all three.
 //!
 //! Its own harness: the clients trust a private CA the way the chart's pods
 //! do, through `SSL_CERT_FILE` in their environment, so the binary runs

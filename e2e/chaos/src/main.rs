@@ -119,9 +119,9 @@ async fn main() -> anyhow::Result<()> {
                     .map_or(String::new(), |e| format!(" ({e})")),
             );
             if result.held {
-                // Only a broken run's logs and evidence are worth their space.
+                // Only a broken run's process logs are worth their space.
                 for entry in std::fs::read_dir(&run_dir)?.flatten() {
-                    if entry.file_name() != "run.json" {
+                    if entry.path().extension().is_some_and(|e| e == "log") {
                         let _ = std::fs::remove_file(entry.path());
                     }
                 }

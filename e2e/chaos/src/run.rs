@@ -231,8 +231,9 @@ async fn run_inner(
     procs.start_api().await?;
     procs.start_consumer()?;
     // In the result as it grows: a run that fails keeps its timeline.
-    let timeline = &mut result.timeline;
-    timeline.push((at(t0), "processes started".to_string()));
+    result
+        .timeline
+        .push((at(t0), "processes started".to_string()));
 
     // The sale: warm-up 3 s before its start, 6 s from now; cleanup long
     // after the check's horizon (150 s for the final reconciliation), so
@@ -284,7 +285,7 @@ async fn run_inner(
         + (end - Utc::now()).to_std().unwrap_or_default()
         + Duration::from_secs(2);
     sleep_until(start - chrono::Duration::milliseconds(300)).await;
-    timeline.push((at(t0), "storm".into()));
+    result.timeline.push((at(t0), "storm".into()));
     let shoppers = tokio::spawn(storm::run(storm::Storm {
         url: format!("http://127.0.0.1:{api_port}"),
         sale: "storm".into(),
@@ -293,25 +294,28 @@ async fn run_inner(
         until: storm_until,
     }));
     sleep_until(strike_at).await;
-    timeline.push((at(t0), format!("inject {}", kind.name())));
+    result
+        .timeline
+        .push((at(t0), format!("inject {}", kind.name())));
     let injected = inject(kind, &mut procs, &sales, &sale, size, end).await?;
     tokio::time::sleep(hold).await;
     drop(injected);
-    timeline.push((at(t0), format!("undo {}", kind.name())));
+    result
+        .timeline
+        .push((at(t0), format!("undo {}", kind.name())));
     if matches!(
         kind,
         Kind::ApiKill | Kind::ConsumerKill | Kind::OperatorKill
     ) {
         restart_killed(kind, &mut procs).await?;
-        timeline.push((at(t0), "restarted".into()));
+        result.timeline.push((at(t0), "restarted".into()));
     }
     let told = shoppers.await?;
-    timeline.push((at(t0), "storm over".into()));
+    result.timeline.push((at(t0), "storm over".into()));
     result.accepted_orders = told.accepted.len();
     result.accepted_units = told.accepted.values().map(|(_, q)| q).sum();
     result.unavailable_secs = told.unavailable_secs();
     result.answers = told.answers.clone();
-    let timeline = &mut result.timeline;
 
     // The final reconciliation after the (possibly extended) end.
     let converged = wait_reconciled(&sales, Duration::from_secs(150)).await;
@@ -320,7 +324,9 @@ async fn run_inner(
         .await
         .map(|fs| flashsale_operator::context::to_chrono(&fs.spec.window.end))
         .unwrap_or(end);
-    timeline.push((at(t0), format!("reconciled: {converged:?}")));
+    result
+        .timeline
+        .push((at(t0), format!("reconciled: {converged:?}")));
     result.converge_secs = converged.map(|t| (t - end).num_milliseconds() as f64 / 1000.0);
 
     let checked = check(&db_url, &redis, &sale, &told, api_port, result).await;
@@ -331,7 +337,9 @@ async fn run_inner(
             Err(e) => format!("check failed: {e:#}"),
         },
     ));
-    keep_evidence(&namespace, dir);
+    if checked.is_err() || !result.held {
+        keep_evidence(&namespace, dir);
+    }
     checked?;
     // Deleted while its operators run: the finalizer removes its topics.
     let _ = sales.delete("storm", &DeleteParams::default()).await;
@@ -344,9 +352,9 @@ async fn run_inner(
     Ok(())
 }
 
-/// What goes with the namespace, kept in the run's directory: the pods'
-/// logs (consumers, Jobs), the sale as the operator left it (status,
-/// conditions) and the namespace's events.
+/// What goes with a broken run's namespace, kept in its directory: the
+/// pods' logs (consumers, Jobs), the sale as the operator left it (status,
+/// conditions), the namespace's objects and events.
 fn keep_evidence(namespace: &str, dir: &Path) {
     let kept = [
         (

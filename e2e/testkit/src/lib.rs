@@ -101,8 +101,8 @@ pub fn kafka_bootstrap() -> String {
     var("KAFKA_BOOTSTRAP")
 }
 
-/// The CA that signed the services' TLS certificate (PostgreSQL, Redis's
-/// TLS port).
+/// The CA that signed the services' TLS certificate (PostgreSQL, and the
+/// TLS ports of Redis and Kafka).
 pub fn services_ca() -> PathBuf {
     PathBuf::from(var("FLASHSALE_SERVICES_CA"))
 }
