@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use flashsale_operator::crd::{FlashSale, SaleState};
 use flashsale_operator::outage::MAX_BACKOFF;
 use flashsale_testkit as stack;
+use flashsale_testkit::RedisRestart as Restart;
 use flashsale_workload::domain::sale::SaleRef;
 use flashsale_workload::domain::shard::home_shard;
 use flashsale_workload::redis::RedisTarget;
@@ -24,33 +25,6 @@ use tokio::sync::Mutex;
 
 const STOCK: i64 = 200;
 const SHARDS: u32 = 4;
-
-/// Restarts the killed Redis process through the stack's script, on every
-/// exit path (panics included): a killed node comes back (empty), a killed
-/// cluster master rejoins as a replica.
-struct Restart(&'static str, String);
-
-impl Restart {
-    fn now(&self) {
-        let out = Command::new(stack::repo_dir().join("e2e/stack/redis.sh"))
-            .args(["restart", &self.1])
-            .env("FLASHSALE_RUN", stack::run_dir())
-            .output()
-            .expect("redis.sh runs");
-        assert!(
-            out.status.success(),
-            "{} restart failed: {}",
-            self.0,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-impl Drop for Restart {
-    fn drop(&mut self) {
-        self.now();
-    }
-}
 
 /// SIGKILLs the stack's Redis process `name` and waits until it is gone.
 fn kill(name: &str) {

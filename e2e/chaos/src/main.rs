@@ -81,7 +81,12 @@ async fn main() -> anyhow::Result<()> {
     faults::remove_rules();
     tokio::spawn(async {
         if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("chaos: interrupted; undoing every fault");
+            eprintln!("chaos: interrupted; stopping the run's processes, undoing every fault");
+            // The run's operators, API and consumer: nothing acts on its
+            // sale once the faults are undone and its namespace goes.
+            let _ = std::process::Command::new("pkill")
+                .args(["-KILL", "-P", &std::process::id().to_string()])
+                .status();
             faults::undo_all();
             std::process::exit(130);
         }
@@ -93,6 +98,7 @@ async fn main() -> anyhow::Result<()> {
         dir.display()
     );
     let mut results = Vec::new();
+    let mut replays = Vec::new();
     for kind in &kinds {
         for index in 0..args.runs {
             let seed = run_seed(top, *kind, index, args.runs);
@@ -129,12 +135,15 @@ async fn main() -> anyhow::Result<()> {
                 for (id, holds, detail) in &result.invariants {
                     eprintln!("chaos:     {id} {holds:?} {detail}");
                 }
-                eprintln!(
-                    "chaos:     replay: make chaos KINDS={} RUNS=1 SEED={seed}{}   (logs: {})",
+                let replay = format!(
+                    "{} #{index}: make chaos KINDS={} RUNS=1 SEED={seed}{}   (logs: {})",
+                    kind.name(),
                     kind.name(),
                     if args.short { " SHORT=true" } else { "" },
                     run_dir.display()
                 );
+                eprintln!("chaos:     replay {replay}");
+                replays.push(replay);
             }
             results.push(result);
         }
@@ -155,8 +164,15 @@ async fn main() -> anyhow::Result<()> {
     )?;
     std::fs::write(dir.join("chaos.svg"), report::chart(&figures))?;
     println!("report: {}", dir.display());
-    let broke = results.iter().filter(|r| !r.held).count();
-    anyhow::ensure!(broke == 0, "{broke} run(s) broke an invariant");
+    // The last lines are what a CI log keeps: which runs broke and how to
+    // replay each, not a backtrace.
+    if !replays.is_empty() {
+        eprintln!("chaos: {} run(s) broke an invariant:", replays.len());
+        for replay in &replays {
+            eprintln!("chaos:   {replay}");
+        }
+        std::process::exit(1);
+    }
     Ok(())
 }
 

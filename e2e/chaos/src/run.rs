@@ -188,7 +188,7 @@ async fn run_inner(
     let client = stack::kube_client().await;
     install_crd(&client).await?;
     let namespace = stack::unique_name("chaos");
-    let _namespace = TestNamespace::create(&client, &namespace).await?;
+    let _namespace = test_namespace(&client, &namespace).await?;
     let db_url = stack::fresh_database_url().await;
     let redis = if kind.on_cluster() {
         let seeds: Vec<String> = stack::redis_cluster_urls()
@@ -631,24 +631,15 @@ async fn install_crd(client: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The run's namespace, labelled as a test's, removed on drop.
-struct TestNamespace(String);
-
-impl TestNamespace {
-    async fn create(client: &Client, name: &str) -> anyhow::Result<Self> {
-        let ns: k8s_openapi::api::core::v1::Namespace =
-            serde_json::from_value(serde_json::json!({
-                "metadata": {"name": name, "labels": {stack::TEST_NAMESPACE_LABEL: "true"}}
-            }))?;
-        Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-            .create(&PostParams::default(), &ns)
-            .await?;
-        Ok(Self(name.to_string()))
-    }
-}
-
-impl Drop for TestNamespace {
-    fn drop(&mut self) {
-        stack::remove_namespace(&self.0);
-    }
+/// Makes the run's namespace, labelled as a test's; it is removed when the
+/// guard goes or on Ctrl-C (its removal is one of the faults' undos).
+async fn test_namespace(client: &Client, name: &str) -> anyhow::Result<Injected> {
+    let ns: k8s_openapi::api::core::v1::Namespace = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {stack::TEST_NAMESPACE_LABEL: "true"}}
+    }))?;
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    let name = name.to_string();
+    Ok(Injected::register(move || stack::remove_namespace(&name)))
 }

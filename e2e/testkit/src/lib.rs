@@ -206,6 +206,35 @@ pub async fn fresh_database_url() -> String {
     format!("{server}/{name}")
 }
 
+/// Restarts a killed Redis process of the stack (`redis.sh restart <name>`)
+/// on every exit path, panics included: a killed node comes back empty, a
+/// killed Cluster master or Sentinel primary rejoins as a replica. The first
+/// field says what it is, for the failure message.
+pub struct RedisRestart(pub &'static str, pub String);
+
+impl RedisRestart {
+    /// Restarts it now (again on drop: starting a running process is a no-op).
+    pub fn now(&self) {
+        let out = std::process::Command::new(repo_dir().join("e2e/stack/redis.sh"))
+            .args(["restart", &self.1])
+            .env("FLASHSALE_RUN", run_dir())
+            .output()
+            .expect("redis.sh runs");
+        assert!(
+            out.status.success(),
+            "{} restart failed: {}",
+            self.0,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for RedisRestart {
+    fn drop(&mut self) {
+        self.now();
+    }
+}
+
 /// SIGKILLs the stack's process `name` (its pid file under the run dir) and
 /// waits until it is gone: the stack scripts start only what is not running,
 /// and a dying process (a JVM takes a while) still counts as running, so a

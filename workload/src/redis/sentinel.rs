@@ -88,10 +88,12 @@ impl SentinelConn {
     /// returns whether it switched.
     async fn rediscover(&self) -> bool {
         let Ok(mut guard) = self.sentinels.try_lock() else {
+            tracing::debug!("Redis Sentinels being asked by another caller");
             return false;
         };
         let (client, last) = &mut *guard;
         if last.is_some_and(|at| at.elapsed() < MIN_REDISCOVERY_GAP) {
+            tracing::debug!("Redis Sentinels asked less than {MIN_REDISCOVERY_GAP:?} ago");
             return false;
         }
         *last = Some(Instant::now());
@@ -114,6 +116,7 @@ impl SentinelConn {
         let node = client.async_get_client().await?;
         let address = node.get_connection_info().addr().to_string();
         if address == self.primary_address() {
+            tracing::debug!(primary = %address, "Redis Sentinels name the same primary");
             return Ok(false);
         }
         let connection = ConnectionManager::new_with_config(node, node_config()).await?;
@@ -128,7 +131,11 @@ impl SentinelConn {
     /// READONLY: a replica writes nothing), it runs once more there. Anything
     /// else is the caller's to retry: only it knows whether its request may
     /// run twice.
-    async fn on_primary<T, F>(&self, request: impl Fn(ConnectionManager) -> F) -> RedisResult<T>
+    async fn on_primary<T, F>(
+        &self,
+        request: impl Fn(ConnectionManager) -> F,
+        refused_as_replica: impl Fn(&T) -> bool,
+    ) -> RedisResult<T>
     where
         F: Future<Output = RedisResult<T>>,
     {
@@ -140,14 +147,25 @@ impl SentinelConn {
                     Err(e)
                 }
             }
+            // A replica ran nothing that writes: run it all on the primary.
+            Ok(reply) if refused_as_replica(&reply) => {
+                if self.rediscover().await {
+                    request(self.current()).await
+                } else {
+                    Ok(reply)
+                }
+            }
             result => result,
         }
     }
 
     /// One command on the primary, as [`SentinelConn::on_primary`] says.
     pub async fn command(&self, cmd: &Cmd) -> RedisResult<Value> {
-        self.on_primary(|mut c| async move { c.req_packed_command(cmd).await })
-            .await
+        self.on_primary(
+            |mut c| async move { c.req_packed_command(cmd).await },
+            read_only,
+        )
+        .await
     }
 
     /// A pipeline on the primary, as [`SentinelConn::on_primary`] says.
@@ -157,7 +175,55 @@ impl SentinelConn {
         offset: usize,
         count: usize,
     ) -> RedisResult<Vec<Value>> {
-        self.on_primary(|mut c| async move { c.req_packed_commands(pipeline, offset, count).await })
-            .await
+        self.on_primary(
+            |mut c| async move { c.req_packed_commands(pipeline, offset, count).await },
+            |replies: &Vec<Value>| replies.iter().any(read_only),
+        )
+        .await
+    }
+}
+
+/// Whether `reply` is a replica's READONLY refusal. The client hands server
+/// errors back as replies, not errors: a connection that reconnected by
+/// itself to its old primary, now a replica, sees only these.
+fn read_only(reply: &Value) -> bool {
+    match reply {
+        Value::ServerError(e) => e.kind() == Some(ServerErrorKind::ReadOnly),
+        // A transaction's replies, or a script's.
+        Value::Array(replies) => replies.iter().any(read_only),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replicas_refusal_is_found_in_any_reply() {
+        let reply = |resp: &str| redis::parse_redis_value(resp.as_bytes()).unwrap();
+        let cases = [
+            (
+                "a command refused",
+                "-READONLY You can't write against a read only replica.\r\n",
+                true,
+            ),
+            (
+                "a script's write refused",
+                "-READONLY You can't write against a read only replica. script: 6dd2, on @user_script:18.\r\n",
+                true,
+            ),
+            (
+                "a transaction's write refused",
+                "*2\r\n+OK\r\n-READONLY You can't write\r\n",
+                true,
+            ),
+            ("another error", "-NOSCRIPT No matching script\r\n", false),
+            ("an answer", "+OK\r\n", false),
+            ("answers", "*2\r\n:1\r\n$1\r\nx\r\n", false),
+        ];
+        for (what, resp, refused) in cases {
+            assert_eq!(read_only(&reply(resp)), refused, "{what}");
+        }
     }
 }
