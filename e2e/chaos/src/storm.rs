@@ -20,6 +20,8 @@ pub struct Told {
     pub timeline: Vec<(f64, bool)>,
     /// Purchases still undecided when the storm ended.
     pub undecided: usize,
+    /// When the storm ended, seconds since it began.
+    pub ended_at: f64,
     /// Whether any shopper heard SOLD_OUT.
     pub sold_out_seen: bool,
 }
@@ -30,11 +32,14 @@ impl Told {
     /// storm may take between two. Answers that are 503s or lost connections,
     /// and requests left hanging, are all time without a decision.
     pub fn unavailable_secs(&self) -> f64 {
+        // From the storm's start and to its end: a fault that outlasts the
+        // window leaves no decision after it, and that time counts too.
         let mut decided: Vec<f64> = self
             .timeline
             .iter()
             .filter(|(_, d)| *d)
             .map(|(at, _)| *at)
+            .chain([0.0, self.ended_at])
             .collect();
         decided.sort_by(f64::total_cmp);
         decided
@@ -96,9 +101,11 @@ pub async fn run(storm: Storm) -> Told {
     for worker in workers {
         let _ = worker.await;
     }
-    Arc::try_unwrap(told)
+    let mut told = Arc::try_unwrap(told)
         .map(Mutex::into_inner)
-        .unwrap_or_default()
+        .unwrap_or_default();
+    told.ended_at = began.elapsed().as_secs_f64();
+    told
 }
 
 async fn shopper(
@@ -159,21 +166,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn unavailable_is_time_between_decisions() {
-        let told = Told {
-            timeline: vec![
-                (0.1, true),
-                (0.2, true),
-                (0.5, false),
-                (1.0, false),
-                (2.2, true),
-                (2.3, true),
-                (3.0, true),
-            ],
-            ..Told::default()
-        };
-        // Gaps: 0.1 (steady), 2.0 (a stall), 0.1, 0.7.
-        let secs = told.unavailable_secs();
-        assert!((secs - (1.75 + 0.45)).abs() < 1e-9, "{secs}");
+    fn unavailable_is_time_between_decisions_from_start_to_end() {
+        let cases = [
+            // Gaps 0.1 (steady), 0.1, 2.0 (a stall), 0.1, 0.7, 0.1.
+            ("a stall mid-storm", 3.1, 1.75 + 0.45),
+            // ... and 2.0 s after the last decision: the fault outlasted it.
+            ("no decision after the fault", 5.0, 1.75 + 0.45 + 1.75),
+        ];
+        for (what, ended_at, expected) in cases {
+            let told = Told {
+                timeline: vec![
+                    (0.1, true),
+                    (0.2, true),
+                    (0.5, false),
+                    (1.0, false),
+                    (2.2, true),
+                    (2.3, true),
+                    (3.0, true),
+                ],
+                ended_at,
+                ..Told::default()
+            };
+            let secs = told.unavailable_secs();
+            assert!((secs - expected).abs() < 1e-9, "{what}: {secs}");
+        }
     }
 }
