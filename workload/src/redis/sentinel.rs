@@ -3,7 +3,7 @@
 //! failover) makes the connection ask them again, and a command that provably
 //! did not run goes once more to the primary they name.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, ConnectionManager};
@@ -22,8 +22,28 @@ const SENTINEL_TIMEOUT: Duration = Duration::from_secs(2);
 /// The primary as last named by the Sentinels, and how to ask again.
 #[derive(Clone)]
 pub struct SentinelConn {
-    sentinels: Arc<tokio::sync::Mutex<(SentinelClient, Option<Instant>)>>,
+    sentinels: Arc<Sentinels>,
     primary: Arc<RwLock<(String, ConnectionManager)>>,
+}
+
+/// Who to ask, and when they were last asked. No lock is held while they
+/// are asked: a caller that stops half-way must not keep every other from
+/// asking (one that did kept an operator on a demoted primary for good).
+struct Sentinels {
+    urls: Vec<String>,
+    service: String,
+    last_asked: Mutex<Option<Instant>>,
+}
+
+impl Sentinels {
+    fn client(&self) -> RedisResult<SentinelClient> {
+        SentinelClient::build(
+            self.urls.clone(),
+            self.service.as_str(),
+            None,
+            SentinelServerType::Master,
+        )
+    }
 }
 
 /// Whether `e` says the connection no longer reaches the primary.
@@ -45,15 +65,14 @@ impl SentinelConn {
     /// Asks the `sentinels` (`redis://host:port` URLs) for the primary of
     /// `service` and connects to it.
     pub async fn connect(sentinels: &[String], service: &str) -> RedisResult<Self> {
-        let mut client = SentinelClient::build(
-            sentinels.to_vec(),
-            service,
-            None,
-            SentinelServerType::Master,
-        )?;
-        let primary = Self::primary_of(&mut client).await?;
+        let sentinels = Sentinels {
+            urls: sentinels.to_vec(),
+            service: service.to_string(),
+            last_asked: Mutex::new(Some(Instant::now())),
+        };
+        let primary = Self::primary_of(&mut sentinels.client()?).await?;
         Ok(Self {
-            sentinels: Arc::new(tokio::sync::Mutex::new((client, Some(Instant::now())))),
+            sentinels: Arc::new(sentinels),
             primary: Arc::new(RwLock::new(primary)),
         })
     }
@@ -83,21 +102,28 @@ impl SentinelConn {
     }
 
     /// Asks the Sentinels for the primary again (at most once per
-    /// [`MIN_REDISCOVERY_GAP`], by one caller at a time: the others fail
-    /// at once rather than queue behind it) and switches to it if it moved;
-    /// returns whether it switched.
-    async fn rediscover(&self) -> bool {
-        let Ok(mut guard) = self.sentinels.try_lock() else {
-            tracing::debug!("Redis Sentinels being asked by another caller");
-            return false;
-        };
-        let (client, last) = &mut *guard;
-        if last.is_some_and(|at| at.elapsed() < MIN_REDISCOVERY_GAP) {
-            tracing::debug!("Redis Sentinels asked less than {MIN_REDISCOVERY_GAP:?} ago");
-            return false;
+    /// [`MIN_REDISCOVERY_GAP`] unless the current one answered as a replica:
+    /// the callers within it fail at once rather than queue) and switches to
+    /// it if it moved; returns whether it switched.
+    async fn rediscover(&self, refused_as_replica: bool) -> bool {
+        {
+            let mut last = self
+                .sentinels
+                .last_asked
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            // A replica's refusal is proof, not a guess: it always asks.
+            if !refused_as_replica && last.is_some_and(|at| at.elapsed() < MIN_REDISCOVERY_GAP) {
+                tracing::debug!("Redis Sentinels asked less than {MIN_REDISCOVERY_GAP:?} ago");
+                return false;
+            }
+            *last = Some(Instant::now());
         }
-        *last = Some(Instant::now());
-        match tokio::time::timeout(SENTINEL_TIMEOUT, self.follow(client)).await {
+        let asked = async {
+            self.follow(&mut self.sentinels.client()?, refused_as_replica)
+                .await
+        };
+        match tokio::time::timeout(SENTINEL_TIMEOUT, asked).await {
             Ok(Ok(switched)) => switched,
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "Redis Sentinels or the primary they name unreachable");
@@ -111,16 +137,26 @@ impl SentinelConn {
     }
 
     /// Switches to the primary the Sentinels name, if it is not the current
-    /// one; returns whether it switched.
-    async fn follow(&self, client: &mut SentinelClient) -> RedisResult<bool> {
+    /// one — or, when the current one answered as a replica, connects to it
+    /// afresh; returns whether it switched.
+    async fn follow(
+        &self,
+        client: &mut SentinelClient,
+        refused_as_replica: bool,
+    ) -> RedisResult<bool> {
         let node = client.async_get_client().await?;
         let address = node.get_connection_info().addr().to_string();
-        if address == self.primary_address() {
+        let same = address == self.primary_address();
+        if same && !refused_as_replica {
             tracing::debug!(primary = %address, "Redis Sentinels name the same primary");
             return Ok(false);
         }
         let connection = ConnectionManager::new_with_config(node, node_config()).await?;
-        tracing::warn!(primary = %address, "Redis Sentinel names a new primary");
+        if same {
+            tracing::warn!(primary = %address, "the Redis primary answered as a replica; connected to it again");
+        } else {
+            tracing::warn!(primary = %address, "Redis Sentinel names a new primary");
+        }
         *self.primary.write().unwrap_or_else(|e| e.into_inner()) = (address, connection);
         Ok(true)
     }
@@ -141,7 +177,8 @@ impl SentinelConn {
     {
         match request(self.current()).await {
             Err(e) if primary_moved(&e) => {
-                if self.rediscover().await && never_ran(&e) {
+                let demoted = e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly);
+                if self.rediscover(demoted).await && never_ran(&e) {
                     request(self.current()).await
                 } else {
                     Err(e)
@@ -149,7 +186,7 @@ impl SentinelConn {
             }
             // A replica ran nothing that writes: run it all on the primary.
             Ok(reply) if refused_as_replica(&reply) => {
-                if self.rediscover().await {
+                if self.rediscover(true).await {
                     request(self.current()).await
                 } else {
                     Ok(reply)
