@@ -135,11 +135,9 @@ async fn main() -> anyhow::Result<()> {
                 for (id, holds, detail) in &result.invariants {
                     eprintln!("chaos:     {id} {holds:?} {detail}");
                 }
+                let (name, short) = (kind.name(), if args.short { " SHORT=true" } else { "" });
                 let replay = format!(
-                    "{} #{index}: make chaos KINDS={} RUNS=1 SEED={seed}{}   (logs: {})",
-                    kind.name(),
-                    kind.name(),
-                    if args.short { " SHORT=true" } else { "" },
+                    "{name} #{index}: make chaos KINDS={name} RUNS=1 SEED={seed}{short}   (logs: {})",
                     run_dir.display()
                 );
                 eprintln!("chaos:     replay {replay}");

@@ -28,7 +28,7 @@ pub struct SentinelConn {
 
 /// Who to ask, and when they were last asked. No lock is held while they
 /// are asked: a caller that stops half-way must not keep every other from
-/// asking (one that did kept an operator on a demoted primary for good).
+/// asking.
 struct Sentinels {
     urls: Vec<String>,
     service: String,
