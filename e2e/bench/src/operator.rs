@@ -78,6 +78,11 @@ struct Cluster {
 impl Cluster {
     async fn new() -> anyhow::Result<Self> {
         let client = stack::kube_client().await;
+        // A fresh stack has no CRD until something installs it.
+        anyhow::ensure!(
+            flashsale_operator::crd::install(&client).await?,
+            "the FlashSale CRD was not established within 20 s"
+        );
         let ns = format!("bench-{}", Utc::now().format("%H%M%S"));
         let namespace: Namespace =
             serde_json::from_value(serde_json::json!({"metadata": {"name": ns}}))?;

@@ -17,8 +17,8 @@ use flashsale_workload::domain::sale::SaleRef;
 use flashsale_workload::load::evidence::{Told as CheckerTold, gather};
 use flashsale_workload::redis::keys::ShardKeys;
 use flashsale_workload::redis::store::SaleStore;
+use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::{Client, CustomResourceExt};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde::Serialize;
@@ -186,7 +186,10 @@ async fn run_inner(
     let mut rng = StdRng::seed_from_u64(seed);
     std::fs::create_dir_all(dir)?;
     let client = stack::kube_client().await;
-    install_crd(&client).await?;
+    anyhow::ensure!(
+        flashsale_operator::crd::install(&client).await?,
+        "the FlashSale CRD was not established within 20 s"
+    );
     let namespace = stack::unique_name("chaos");
     let _namespace = test_namespace(&client, &namespace).await?;
     let db_url = stack::fresh_database_url().await;
@@ -614,20 +617,6 @@ async fn check(
         && result.oversold_units == 0
         && result.lookups_failed == 0
         && result.converge_secs.is_some();
-    Ok(())
-}
-
-async fn install_crd(client: &Client) -> anyhow::Result<()> {
-    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
-        Api::all(client.clone());
-    let crd = FlashSale::crd();
-    let name = crd.metadata.name.clone().unwrap_or_default();
-    crds.patch(
-        &name,
-        &PatchParams::apply(flashsale_operator::context::MANAGER).force(),
-        &Patch::Apply(crd),
-    )
-    .await?;
     Ok(())
 }
 

@@ -6,13 +6,11 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use flashsale_operator::context::MANAGER;
 use flashsale_operator::crd::{FlashSale, SaleState};
 use flashsale_testkit as stack;
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Patch, PatchParams, PostParams};
-use kube::{Api, Client, CustomResourceExt};
+use kube::api::PostParams;
+use kube::{Api, Client};
 
 /// A client of the stack's API server.
 pub async fn client() -> Client {
@@ -21,35 +19,15 @@ pub async fn client() -> Client {
 
 /// Installs (server-side applies) the FlashSale CRD and waits until it is served.
 pub async fn install_crd(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = FlashSale::crd();
-    let name = crd.metadata.name.clone().unwrap();
-    crds.patch(
-        &name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(crd),
-    )
-    .await
-    .unwrap_or_else(|e| {
-        panic!(
-            "the API server refused the CRD ({e}): {}",
-            stack::START_HINT
-        )
-    });
-    wait_for(
-        Duration::from_secs(20),
-        "the CRD to be established",
-        || async {
-            let crd = crds.get(&name).await.ok()?;
-            let established = crd
-                .status?
-                .conditions?
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            established.then_some(())
-        },
-    )
-    .await;
+    let established = flashsale_operator::crd::install(client)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "the API server refused the CRD ({e}): {}",
+                stack::START_HINT
+            )
+        });
+    assert!(established, "the CRD was not established within 20 s");
 }
 
 /// A namespace for one test, removed (with everything in it) when dropped.
