@@ -126,41 +126,50 @@ impl Janitor {
             }
             let (now, stale) = self
                 .store
-                .stale_reservations(sale, shard, reservation_age)
+                .stale_reservation_count(sale, shard, reservation_age)
                 .await?;
             Ok::<_, StoreError>((shard, now, stale))
         }))
         .await;
-        let mut stale = Vec::new();
+        let mut stale_shards = Vec::new();
         let mut now_ms = i64::MAX;
         for result in found {
-            let (shard, now, ids) = result?;
+            let (shard, now, stale) = result?;
             now_ms = now_ms.min(now);
-            stale.extend(ids.into_iter().map(|(id, created)| (shard, id, created)));
+            if stale > 0 {
+                stale_shards.push(shard);
+            }
         }
-        if stale.is_empty() {
+        if stale_shards.is_empty() {
             return Ok(());
         }
         // Only a reservation whose message cannot be in the topic unread is
         // abandoned: everything acknowledged before `since` is persisted.
+        // Asked before the reservations themselves: while consumers lag,
+        // thousands are stale and none may be released yet (fetching them
+        // every sweep cost every API replica more Redis replies to read than
+        // its purchases did).
         let Some(since) = self.drained_since(view, now_ms).await else {
             return Ok(());
         };
-        for (shard, id, created) in stale {
-            if created + reservation_age >= since {
-                continue;
-            }
-            let outcome = self
+        for shard in stale_shards {
+            let abandoned = self
                 .store
-                .release(
-                    sale,
-                    shard,
-                    &id,
-                    ReservationState::Reserved,
-                    reservation_age,
-                )
+                .stale_reservations(sale, shard, reservation_age, since - reservation_age)
                 .await?;
-            tracing::info!(%sale, order = %id, ?outcome, "janitor: released an abandoned reservation");
+            for id in abandoned {
+                let outcome = self
+                    .store
+                    .release(
+                        sale,
+                        shard,
+                        &id,
+                        ReservationState::Reserved,
+                        reservation_age,
+                    )
+                    .await?;
+                tracing::info!(%sale, order = %id, ?outcome, "janitor: released an abandoned reservation");
+            }
         }
         Ok(())
     }

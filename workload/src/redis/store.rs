@@ -384,7 +384,7 @@ impl SaleStore {
         min_age_ms: i64,
     ) -> Result<Vec<(String, u32, i64)>, StoreError> {
         let keys = ShardKeys::new(sale, donor);
-        let (_, ids) = self.stale(&keys.in_transit, min_age_ms).await?;
+        let (_, ids) = self.stale(&keys.in_transit, min_age_ms, None).await?;
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -404,17 +404,46 @@ impl SaleStore {
             .collect())
     }
 
+    /// How many reservations of `shard` are still R at least `min_age_ms`
+    /// after they were made, by that node's clock, and its time now: a
+    /// count, so that a backlog nobody may release yet costs one small reply.
+    pub async fn stale_reservation_count(
+        &self,
+        sale: &SaleRef,
+        shard: u32,
+        min_age_ms: i64,
+    ) -> Result<(i64, i64), StoreError> {
+        let reply: Vec<i64> = SCRIPTS
+            .stale
+            .key(ShardKeys::new(sale, shard).pending)
+            .arg(min_age_ms)
+            .arg(0)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        match reply.as_slice() {
+            [now, count] => Ok((*now, *count)),
+            _ => Err(UnexpectedReply(vec![]).into()),
+        }
+    }
+
     /// Reservations of `shard` still R at least `min_age_ms` after they were
-    /// made (by that node's clock): the node's time now, and (order id,
-    /// created ms) of each.
+    /// made and made before `before_ms` (both by that node's clock): their
+    /// order ids, at most 1,000.
     pub async fn stale_reservations(
         &self,
         sale: &SaleRef,
         shard: u32,
         min_age_ms: i64,
-    ) -> Result<(i64, Vec<(String, i64)>), StoreError> {
-        self.stale(&ShardKeys::new(sale, shard).pending, min_age_ms)
-            .await
+        before_ms: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        let (_, members) = self
+            .stale(
+                &ShardKeys::new(sale, shard).pending,
+                min_age_ms,
+                Some(before_ms),
+            )
+            .await?;
+        Ok(members.into_iter().map(|(id, _)| id).collect())
     }
 
     /// Runs `lua/stale.lua` on a time-scored set (at most 1,000 members).
@@ -422,14 +451,14 @@ impl SaleStore {
         &self,
         key: &str,
         min_age_ms: i64,
+        before_ms: Option<i64>,
     ) -> Result<(i64, Vec<(String, i64)>), StoreError> {
-        let reply: Vec<Value> = SCRIPTS
-            .stale
-            .key(key)
-            .arg(min_age_ms)
-            .arg(1000)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
+        let mut invocation = SCRIPTS.stale.key(key);
+        invocation.arg(min_age_ms).arg(1000);
+        if let Some(before) = before_ms {
+            invocation.arg(before);
+        }
+        let reply: Vec<Value> = invocation.invoke_async(&mut self.conn.clone()).await?;
         let text = |v: &Value| match v {
             Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
             Value::SimpleString(s) => Some(s.clone()),
