@@ -112,7 +112,10 @@ up() {
   fi
   local started_before
   started_before=$(started_count)
-  start_bg kafka java -Xms256m -Xmx512m -XX:+UseSerialGC -cp "$KAFKA_HOME/lib/*" \
+  # SerialGC: the least CPU on two shared cores. Its young pauses (17-160 ms
+  # measured under a storm) are the bench's tail; KAFKA_GC_OPTS tries
+  # another collector (docs/performance.md has G1's and ZGC's figures).
+  start_bg kafka java -Xms256m -Xmx512m ${KAFKA_GC_OPTS:--XX:+UseSerialGC} -cp "$KAFKA_HOME/lib/*" \
     -Dlog4j2.configurationFile="$KAFKA_DATA/log4j2.properties" kafka.Kafka "$KAFKA_DATA/server.properties"
   wait_until 60 kafka metadata_ok
   wait_until 90 "kafka's partitions" started_since "${started_before:-0}"

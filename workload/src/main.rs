@@ -493,7 +493,7 @@ async fn run_load(args: LoadArgs) -> anyhow::Result<()> {
         identity,
         progress: !args.quiet,
     })
-    .await;
+    .await?;
     println!("{}", load::render(&report));
     let mut verdicts = None;
     if args.check {

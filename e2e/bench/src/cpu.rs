@@ -12,8 +12,8 @@ use serde::Serialize;
 pub struct Snapshot {
     at: Instant,
     groups: BTreeMap<&'static str, u64>,
-    /// Busy ticks (everything but idle and iowait) of each core.
-    cores: Vec<u64>,
+    /// Busy and stolen ticks of each core.
+    cores: Vec<CoreTicks>,
 }
 
 /// One part of the stack's share of a storm.
@@ -34,6 +34,9 @@ pub struct GroupShare {
 pub struct CpuShare {
     /// Busy fraction of each core (0..1).
     pub busy_per_core: Vec<f64>,
+    /// Fraction of each core the hypervisor gave to other machines (steal):
+    /// a run with much of it measured a machine that was not all ours.
+    pub stolen_per_core: Vec<f64>,
     /// The parts, busiest first; "other" is what no part claims (short-lived
     /// processes, interrupts).
     pub groups: Vec<GroupShare>,
@@ -88,22 +91,34 @@ fn parse_stat(stat: &str) -> Option<Stat<'_>> {
     })
 }
 
-/// Busy ticks of each `cpuN` line of /proc/stat.
-fn parse_cores(proc_stat: &str) -> Vec<u64> {
+/// One core's ticks from /proc/stat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CoreTicks {
+    /// Running anything (user, nice, system, irq, softirq).
+    busy: u64,
+    /// Wanting to run while the hypervisor ran another machine (steal).
+    stolen: u64,
+}
+
+/// The ticks of each `cpuN` line of /proc/stat.
+fn parse_cores(proc_stat: &str) -> Vec<CoreTicks> {
     proc_stat
         .lines()
         .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
         .map(|l| {
-            l.split_whitespace()
+            // user nice system idle iowait irq softirq steal; guest time
+            // (what follows) is already counted in user and nice.
+            let v: Vec<u64> = l
+                .split_whitespace()
                 .skip(1)
-                // user nice system idle iowait irq softirq steal; guest time
-                // (what follows) is already counted in user and nice.
                 .take(8)
-                .enumerate()
-                // idle (3) and iowait (4) are not busy.
-                .filter(|&(i, _)| i != 3 && i != 4)
-                .filter_map(|(_, v)| v.parse::<u64>().ok())
-                .sum()
+                .map(|v| v.parse().unwrap_or(0))
+                .collect();
+            let field = |i: usize| v.get(i).copied().unwrap_or(0);
+            CoreTicks {
+                busy: field(0) + field(1) + field(2) + field(5) + field(6),
+                stolen: field(7),
+            }
         })
         .collect()
 }
@@ -155,12 +170,16 @@ pub fn share(before: &Snapshot, after: &Snapshot, purchases: usize) -> CpuShare 
     let hz = ticks_per_sec();
     let secs = (after.at - before.at).as_secs_f64().max(1e-3);
     let purchases = purchases.max(1) as f64;
-    let busy_per_core: Vec<f64> = after
-        .cores
-        .iter()
-        .zip(&before.cores)
-        .map(|(a, b)| a.saturating_sub(*b) as f64 / hz / secs)
-        .collect();
+    let per_core = |ticks: fn(&CoreTicks) -> u64| -> Vec<f64> {
+        after
+            .cores
+            .iter()
+            .zip(&before.cores)
+            .map(|(a, b)| ticks(a).saturating_sub(ticks(b)) as f64 / hz / secs)
+            .collect()
+    };
+    let busy_per_core = per_core(|c| c.busy);
+    let stolen_per_core = per_core(|c| c.stolen);
     let total: f64 = busy_per_core.iter().sum();
     let mut groups: Vec<GroupShare> = after
         .groups
@@ -191,18 +210,35 @@ pub fn share(before: &Snapshot, after: &Snapshot, purchases: usize) -> CpuShare 
     groups.sort_by(|a, b| b.cores.total_cmp(&a.cores));
     CpuShare {
         busy_per_core,
+        stolen_per_core,
         groups,
         total_us_per_purchase: total * secs * 1e6 / purchases,
     }
 }
 
-/// One line: "core 0 81%, core 1 96%; API 0.63 cores (63 µs/purchase), ...".
+/// The CPU per purchase of the part `name`, µs (0 when it used none).
+pub fn part(share: &CpuShare, name: &str) -> f64 {
+    share
+        .groups
+        .iter()
+        .find(|g| g.name == name)
+        .map_or(0.0, |g| g.us_per_purchase)
+}
+
+/// One line: "core 0 81% (stolen 2%), core 1 96% (stolen 0%); API 0.63 cores (63 µs/purchase), ...".
 pub fn render(share: &CpuShare) -> String {
     let cores: Vec<String> = share
         .busy_per_core
         .iter()
+        .zip(&share.stolen_per_core)
         .enumerate()
-        .map(|(i, busy)| format!("core {i} {:.0}%", busy * 100.0))
+        .map(|(i, (busy, stolen))| {
+            format!(
+                "core {i} {:.0}% (stolen {:.0}%)",
+                busy * 100.0,
+                stolen * 100.0
+            )
+        })
         .collect();
     let groups: Vec<String> = share
         .groups
@@ -242,12 +278,24 @@ mod tests {
     }
 
     #[test]
-    fn counts_busy_ticks_per_core_without_idle_iowait_or_guest_twice() {
+    fn counts_busy_and_stolen_ticks_per_core_without_idle_iowait_or_guest_twice() {
         let stat = "cpu  10 0 10 500 5 0 0 0 0 0\n\
                     cpu0 6 0 4 200 5 1 1 0 0 0\n\
-                    cpu1 4 0 6 300 0 0 0 0 3 0\n\
+                    cpu1 4 0 6 300 0 0 0 7 3 0\n\
                     intr 123\n";
-        assert_eq!(parse_cores(stat), vec![12, 10]);
+        assert_eq!(
+            parse_cores(stat),
+            vec![
+                CoreTicks {
+                    busy: 12,
+                    stolen: 0
+                },
+                CoreTicks {
+                    busy: 10,
+                    stolen: 7
+                }
+            ]
+        );
     }
 
     #[test]
@@ -256,7 +304,16 @@ mod tests {
         let before = Snapshot {
             at,
             groups: BTreeMap::from([("API", 1000), ("Kafka", 500), ("other", 7)]),
-            cores: vec![10_000, 20_000],
+            cores: vec![
+                CoreTicks {
+                    busy: 10_000,
+                    stolen: 0,
+                },
+                CoreTicks {
+                    busy: 20_000,
+                    stolen: 50,
+                },
+            ],
         };
         let hz = ticks_per_sec();
         let ticks = |cores: f64| (cores * 2.0 * hz) as u64;
@@ -268,7 +325,16 @@ mod tests {
                 ("other", 7 + ticks(0.3)),
                 ("idle part", 0),
             ]),
-            cores: vec![10_000 + ticks(0.75), 20_000 + ticks(0.95)],
+            cores: vec![
+                CoreTicks {
+                    busy: 10_000 + ticks(0.75),
+                    stolen: 0,
+                },
+                CoreTicks {
+                    busy: 20_000 + ticks(0.95),
+                    stolen: 50 + ticks(0.05),
+                },
+            ],
         };
         let share = share(&before, &after, 20_000);
         let rounded = |v: f64| (v * 100.0).round() / 100.0;
@@ -295,6 +361,15 @@ mod tests {
             ]
         );
         assert_eq!(share.total_us_per_purchase.round(), 170.0);
+        // Stolen time is no part's and not the machine's busy time.
+        assert_eq!(
+            share
+                .stolen_per_core
+                .iter()
+                .map(|&s| rounded(s))
+                .collect::<Vec<_>>(),
+            vec![0.0, 0.05]
+        );
     }
 
     #[test]

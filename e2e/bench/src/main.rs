@@ -4,7 +4,10 @@
 //! non-zero. Results: a table on stdout; JSON and SVG plots in the results
 //! directory.
 
+mod bare;
+mod broker;
 mod cpu;
+mod figures;
 mod intake;
 mod machine;
 mod operator;
@@ -23,7 +26,6 @@ use flashsale_workload::domain::invariants;
 use flashsale_workload::load::{self, StormReport};
 use flashsale_workload::redis::RedisConn;
 use flashsale_workload::redis::store::SaleStore;
-use serde::Serialize;
 
 /// Measure FlashSale against its limits, in one run.
 #[derive(Parser)]
@@ -37,36 +39,19 @@ struct Args {
     /// Kill-switch and scaling trials.
     #[arg(long, default_value_t = 20)]
     trials: usize,
-}
-
-/// One row of the table.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Figure {
-    figure: String,
-    measured: String,
-    baseline: String,
-    result: String,
-    goal: String,
-    met: bool,
-}
-
-fn figure(
-    figure: &str,
-    measured: String,
-    baseline: &str,
-    result: String,
-    goal: &str,
-    met: bool,
-) -> Figure {
-    Figure {
-        figure: figure.into(),
-        measured,
-        baseline: baseline.into(),
-        result,
-        goal: goal.into(),
-        met,
-    }
+    /// Open-loop storms at half the maximum rate (the tail is judged on all).
+    #[arg(long, default_value_t = 10)]
+    half_rate_runs: u32,
+    /// Seconds of each of them.
+    #[arg(long, default_value_t = 6)]
+    half_rate_seconds: u64,
+    /// Leave out the operator's figures: the quicker loop for work on the
+    /// purchase path or persistence.
+    #[arg(long)]
+    skip_operator: bool,
+    /// Serve the bare handler (the benchmark runs itself so, pinned).
+    #[arg(long = bare::FLAG, hide = true, value_name = "ADDRESS")]
+    serve_bare_handler: Option<String>,
 }
 
 /// The width of the plots' time buckets.
@@ -107,9 +92,28 @@ fn latency_cdf(report: &StormReport) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// The operator's figures, with the release build imported as its image.
+async fn operator_figures(trials: usize) -> anyhow::Result<operator::OperatorFigures> {
+    let image = "docker.io/flashsale/flashsale:bench";
+    let imported = std::process::Command::new(stack::repo_dir().join("e2e/stack/image.sh"))
+        .args(["flashsale", "bench"])
+        .arg(procs::release_bin("flashsale"))
+        .env("FLASHSALE_RUN", stack::run_dir())
+        .output()?;
+    anyhow::ensure!(
+        imported.status.success(),
+        "image import failed: {}",
+        String::from_utf8_lossy(&imported.stderr)
+    );
+    operator::run(image, trials).await
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(listen) = &args.serve_bare_handler {
+        return bare::serve(listen).await;
+    }
     let results = args.results.unwrap_or_else(|| {
         stack::repo_dir().join(format!(
             "results/bench-{}",
@@ -155,9 +159,26 @@ async fn main() -> anyhow::Result<()> {
             .context("Redis")?,
     );
 
-    let intake = intake::run(&db, &store, &results, args.seconds).await?;
+    let half_rate = intake::HalfRate {
+        runs: args.half_rate_runs,
+        seconds: args.half_rate_seconds,
+    };
+    let intake = intake::run(&db, &store, &results, args.seconds, half_rate).await?;
     eprintln!("{}", load::render(&intake.max_rate));
     eprintln!("{}", load::render(&intake.half_rate));
+    let baseline_secs = Duration::from_secs(args.seconds.min(10));
+    eprintln!("bare handler: the same storm against a bare axum handler, {baseline_secs:?}");
+    let bare = bare::run(&intake.secret, baseline_secs).await?;
+    eprintln!(
+        "broker: a plain rdkafka producer at {:.0} messages/s, {baseline_secs:?}",
+        intake.max_rate.accepted_per_sec
+    );
+    let plain = broker::run(
+        intake.max_rate.accepted_per_sec,
+        baseline_secs,
+        sale::PARTITIONS,
+    )
+    .await?;
     eprintln!(
         "persist: a consumer drains the {} accepted orders",
         intake.told.accepted.len()
@@ -183,123 +204,18 @@ async fn main() -> anyhow::Result<()> {
         sale::remove(&db, &store, config).await?;
     }
 
-    let image = "docker.io/flashsale/flashsale:bench";
-    let imported = std::process::Command::new(stack::repo_dir().join("e2e/stack/image.sh"))
-        .args(["flashsale", "bench"])
-        .arg(procs::release_bin("flashsale"))
-        .env("FLASHSALE_RUN", stack::run_dir())
-        .output()?;
-    anyhow::ensure!(
-        imported.status.success(),
-        "image import failed: {}",
-        String::from_utf8_lossy(&imported.stderr)
-    );
-    let ops = operator::run(image, args.trials).await?;
+    let ops = if args.skip_operator {
+        None
+    } else {
+        Some(operator_figures(args.trials).await?)
+    };
 
-    let accepted = intake.max_rate.accepted_per_sec;
-    let half = intake.half_rate.outcomes.get("202").cloned();
-    let (p50, p99, p999) = half
-        .as_ref()
-        .map_or((0.0, 0.0, 0.0), |l| (l.p50_ms, l.p99_ms, l.p999_ms));
-    let api_rss = intake.api_rss_peak_mib;
-    let api_ratio = accepted / intake.baseline.rps.max(1.0);
-    let persist_ratio = persist.consumer_per_sec / persist.copy_per_sec.max(1.0);
-    let transition_ms = ops.warm_error.max_ms.max(ops.live_error.max_ms);
-    let figures = vec![
-        figure(
-            "accepted purchases/s through the API (HTTP, JWT, Kafka ack)",
-            format!("{accepted:.0}/s"),
-            &format!(
-                "redis-benchmark EVALSHA purchase.lua, {} clients: {:.0}/s",
-                intake::CLIENTS,
-                intake.baseline.rps
-            ),
-            format!("ratio {api_ratio:.2}"),
-            "ratio >= 0.5",
-            api_ratio >= 0.5,
-        ),
-        figure(
-            "accepted purchase latency at 50% of the max rate",
-            format!("p50 {p50:.2} ms, p99 {p99:.2} ms, p99.9 {p999:.2} ms"),
-            &format!(
-                "Redis round trip: p50 {:.2} ms, p99 {:.2} ms",
-                intake.baseline.p50_ms, intake.baseline.p99_ms
-            ),
-            format!("p99 {p99:.2} ms"),
-            "p99 <= 10 ms",
-            p99 <= 10.0,
-        ),
-        figure(
-            "persisted orders/s by a consumer",
-            format!(
-                "{:.0}/s ({} orders)",
-                persist.consumer_per_sec, persist.orders
-            ),
-            &format!("COPY of the same rows: {:.0}/s", persist.copy_per_sec),
-            format!("ratio {persist_ratio:.2}"),
-            "ratio >= 0.5",
-            persist_ratio >= 0.5,
-        ),
-        figure(
-            &format!(
-                "kill switch: patch -> first PAUSED, {} trials",
-                ops.kill_switch.samples_ms.len()
-            ),
-            format!(
-                "p50 {:.0} ms, p99 {:.0} ms",
-                ops.kill_switch.p50_ms, ops.kill_switch.p99_ms
-            ),
-            "-",
-            format!("p99 {:.0} ms", ops.kill_switch.p99_ms),
-            "p99 <= 1 s",
-            ops.kill_switch.p99_ms <= 1000.0,
-        ),
-        figure(
-            "warm-up / live vs their due instants, 5 sales",
-            format!(
-                "warm max {:.0} ms, live max {:.0} ms off",
-                ops.warm_error.max_ms, ops.live_error.max_ms
-            ),
-            "-",
-            format!("max {transition_ms:.0} ms"),
-            "within 1 s",
-            transition_ms <= 1000.0,
-        ),
-        figure(
-            &format!(
-                "lag crossing -> replicas updated, {} trials",
-                ops.scaling_reaction.samples_ms.len()
-            ),
-            format!(
-                "median {:.0} ms, max {:.0} ms",
-                ops.scaling_reaction.p50_ms, ops.scaling_reaction.max_ms
-            ),
-            "KEDA's default poll: 30 s",
-            format!(
-                "max {:.1} s ({:.0}x faster than 30 s)",
-                ops.scaling_reaction.max_ms / 1000.0,
-                30_000.0 / ops.scaling_reaction.max_ms.max(1.0)
-            ),
-            "<= 5 s",
-            ops.scaling_reaction.max_ms <= 5000.0,
-        ),
-        figure(
-            "API RSS under the storm (peak)",
-            format!("{api_rss:.1} MiB"),
-            "-",
-            format!("{api_rss:.1} MiB"),
-            "<= 64 MiB",
-            api_rss <= 64.0,
-        ),
-        figure(
-            &format!("operator RSS with {} sales", ops.sales),
-            format!("{:.1} MiB", ops.operator_rss_mib),
-            "-",
-            format!("{:.1} MiB", ops.operator_rss_mib),
-            "<= 32 MiB",
-            ops.operator_rss_mib <= 32.0,
-        ),
-    ];
+    let mut figures = figures::purchase_path(&intake, &bare, &plain);
+    figures.push(figures::persistence(&persist));
+    figures.push(figures::memory(intake.api_rss_peak_mib));
+    if let Some(ops) = &ops {
+        figures.extend(figures::operator(ops));
+    }
 
     println!(
         "\nFlashSale bench — {} — {} cores, {:.0} GiB — {}",
@@ -327,9 +243,11 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     println!(
-        "\nhow the cores were shared\n  closed-loop storm: {}\n  redis-benchmark:   {}",
+        "\nhow the cores were shared (µs per purchase, request or message)\n  closed-loop storm: {}\n  redis-benchmark:   {}\n  bare handler:      {}\n  plain producer:    {}",
         cpu::render(&intake.max_rate_cpu),
-        cpu::render(&intake.baseline_cpu)
+        cpu::render(&intake.baseline_cpu),
+        cpu::render(&bare.cpu),
+        cpu::render(&plain.cpu)
     );
     println!("\ninvariants of this run:");
     for v in &verdicts {
@@ -396,6 +314,10 @@ async fn main() -> anyhow::Result<()> {
         "redisBaseline": intake.baseline,
         "maxRate": intake.max_rate,
         "halfRate": intake.half_rate,
+        "halfRateP99Ms": intake.half_rate_p99_ms,
+        "halfRateSlowest": slowest_series(&intake.half_rate),
+        "bareHandler": bare,
+        "plainProducer": plain,
         "cpuMaxRate": intake.max_rate_cpu,
         "cpuRedisBenchmark": intake.baseline_cpu,
         "persist": persist,

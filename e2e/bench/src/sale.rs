@@ -14,6 +14,9 @@ use sqlx::PgPool;
 /// The namespace of the benchmark's directly created sales.
 pub const NAMESPACE: &str = "bench";
 
+/// Partitions of a benchmark sale's topic.
+pub const PARTITIONS: i32 = 12;
+
 /// Creates and warms a live sale named `name`.
 pub async fn live(
     db: &PgPool,
@@ -43,7 +46,7 @@ pub async fn live(
                 &topics::orders_topic(&config.sale),
                 &topics::dead_letter_topic(&config.sale),
             ],
-            12,
+            PARTITIONS,
         )
         .await?;
     store

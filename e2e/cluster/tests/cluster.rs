@@ -280,7 +280,7 @@ async fn a_sale_on_the_cluster_survives_pod_kills_and_keeps_every_invariant() {
     .await
     .unwrap();
 
-    let (report, told) = storm.await.unwrap();
+    let (report, told) = storm.await.unwrap().expect("the storm runs");
     println!("{}", load::render(&report));
     assert!(report.accepted_orders > 0);
     let store = SaleStore::new(

@@ -4,11 +4,14 @@
 //! a JSON report, and the invariants I1–I6 checked against the stores after.
 
 pub mod evidence;
+mod purchases;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use hyper::header::{AUTHORIZATION, HeaderName, HeaderValue};
 
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -104,6 +107,8 @@ pub struct StormReport {
     pub sale: String,
     /// closed-loop or open-loop.
     pub mode: String,
+    /// When it started (to line its timeline up with other logs).
+    pub started_at: chrono::DateTime<chrono::Utc>,
     /// Wall time.
     pub duration_secs: f64,
     /// Purchase attempts.
@@ -128,9 +133,13 @@ pub struct StormReport {
 }
 
 struct Shared {
+    /// Pays, cancels and payment callbacks.
     client: reqwest::Client,
+    /// Purchases, the hot path.
+    purchases: purchases::PurchaseClient,
     config: StormConfig,
-    tokens: Vec<String>,
+    /// Each shopper's `Authorization` (JWT identities).
+    tokens: Vec<HeaderValue>,
     issued: AtomicU64,
     started: Instant,
     histograms: Mutex<BTreeMap<String, Histogram<u64>>>,
@@ -150,52 +159,48 @@ impl Shared {
         format!("shopper-{i}")
     }
 
-    fn authorize(&self, request: reqwest::RequestBuilder, i: usize) -> reqwest::RequestBuilder {
+    /// Shopper `i`'s identity header.
+    fn identity(&self, i: usize) -> (&'static HeaderName, HeaderValue) {
+        static DEV_IDENTITY: HeaderName = HeaderName::from_static("x-user-id");
         match &self.config.identity {
-            Identity::Jwt(_) => request.bearer_auth(&self.tokens[i]),
-            Identity::DevHeader => request.header("x-user-id", self.shopper(i)),
+            Identity::Jwt(_) => (&AUTHORIZATION, self.tokens[i].clone()),
+            Identity::DevHeader => (
+                &DEV_IDENTITY,
+                HeaderValue::from_str(&self.shopper(i)).expect("a shopper id is a header value"),
+            ),
         }
+    }
+
+    fn authorize(&self, request: reqwest::RequestBuilder, i: usize) -> reqwest::RequestBuilder {
+        let (name, value) = self.identity(i);
+        request.header(name, value)
     }
 
     fn record(&self, outcome: &str, latency: Duration) {
         let mut h = self.histograms.lock().unwrap_or_else(|p| p.into_inner());
         let us = (latency.as_micros() as u64).clamp(1, 60_000_000);
-        let _ = h
-            .entry(outcome.to_string())
-            .or_insert_with(histogram)
-            .record(us);
+        if let Some(h) = h.get_mut(outcome) {
+            let _ = h.record(us);
+        } else {
+            let _ = h
+                .entry(outcome.to_string())
+                .or_insert_with(histogram)
+                .record(us);
+        }
     }
 
     /// One purchase attempt by shopper `i`.
     async fn purchase(self: &Arc<Self>, i: usize) {
         let quantity = rand::rng().random_range(1..=self.config.max_quantity.max(1));
-        let url = format!("{}/v1/sales/{}/orders", self.config.url, self.config.sale);
         let sent = Instant::now();
-        let request = self
-            .authorize(self.client.post(url), i)
-            .json(&serde_json::json!({ "quantity": quantity }));
-        let (outcome, order) = match request.send().await {
-            Ok(response) => {
-                let status = response.status().as_u16();
-                let body: serde_json::Value = response.json().await.unwrap_or_default();
-                let code = body["code"].as_str().unwrap_or_default().to_string();
-                let order = body["orderId"].as_str().map(str::to_string);
-                (
-                    if status == 202 {
-                        "202".to_string()
-                    } else {
-                        format!("{status} {code}")
-                    },
-                    order,
-                )
-            }
-            Err(e) => (
-                format!(
-                    "ERROR {}",
-                    if e.is_timeout() { "timeout" } else { "connect" }
-                ),
+        let (outcome, order) = match self.purchases.purchase(self.identity(i), quantity).await {
+            Ok(answer) if answer.status == 202 => ("202".to_string(), answer.order_id),
+            Ok(answer) => (
+                format!("{} {}", answer.status, answer.code.unwrap_or_default()),
                 None,
             ),
+            Err(purchases::NoAnswer::Timeout) => ("ERROR timeout".to_string(), None),
+            Err(purchases::NoAnswer::Connect) => ("ERROR connect".to_string(), None),
         };
         let latency = sent.elapsed();
         self.record(&outcome, latency);
@@ -300,20 +305,23 @@ impl Shared {
     }
 }
 
-/// Runs the storm.
-pub async fn storm(config: StormConfig) -> (StormReport, Told) {
+/// Runs the storm; fails only on a URL it cannot speak to (plain HTTP).
+pub async fn storm(config: StormConfig) -> anyhow::Result<(StormReport, Told)> {
+    let purchases = purchases::PurchaseClient::new(&config.url, &config.sale, config.max_quantity)?;
     let tokens = match &config.identity {
         Identity::Jwt(secret) => {
             let key = EncodingKey::from_secret(secret).expect("a non-empty JWT secret");
             let exp = chrono::Utc::now().timestamp() + 3600;
             (0..config.shoppers)
                 .map(|i| {
-                    encode(
+                    let token = encode(
                         &Header::default(),
                         &serde_json::json!({"sub": format!("shopper-{i}"), "exp": exp}),
                         &key,
                     )
-                    .expect("an HS256 token encodes")
+                    .expect("an HS256 token encodes");
+                    HeaderValue::try_from(format!("Bearer {token}"))
+                        .expect("a JWT is a header value")
                 })
                 .collect()
         }
@@ -340,8 +348,10 @@ pub async fn storm(config: StormConfig) -> (StormReport, Told) {
         .timeout(Duration::from_secs(30))
         .build()
         .expect("an HTTP client builds");
+    let started_at = chrono::Utc::now();
     let shared = Arc::new(Shared {
         client,
+        purchases,
         tokens,
         issued: AtomicU64::new(0),
         started: Instant::now(),
@@ -404,6 +414,7 @@ pub async fn storm(config: StormConfig) -> (StormReport, Told) {
     let report = StormReport {
         sale: shared.config.sale.clone(),
         mode,
+        started_at,
         duration_secs: elapsed,
         requests,
         requests_per_sec: requests as f64 / elapsed,
@@ -422,7 +433,7 @@ pub async fn storm(config: StormConfig) -> (StormReport, Told) {
         paid: shared.paid.load(Ordering::Relaxed),
         cancelled: shared.cancelled.load(Ordering::Relaxed),
     };
-    (report, told)
+    Ok((report, told))
 }
 
 /// The report as a table for people.

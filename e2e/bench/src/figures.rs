@@ -1,0 +1,221 @@
+//! The rows of the benchmark's table: each figure, its baseline measured in
+//! the same run, the result and the goal it is held to.
+
+use serde::Serialize;
+
+use crate::bare::Bare;
+use crate::broker::PlainProducer;
+use crate::cpu;
+use crate::intake::{self, Intake};
+use crate::operator::OperatorFigures;
+use crate::persist::Persist;
+
+/// One row of the table.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Figure {
+    /// What is measured.
+    pub figure: String,
+    /// Its value.
+    pub measured: String,
+    /// What it is compared with, measured in the same run.
+    pub baseline: String,
+    /// The compared value (a ratio, a percentile).
+    pub result: String,
+    /// The goal.
+    pub goal: String,
+    /// Whether the goal is met.
+    pub met: bool,
+}
+
+fn figure(
+    figure: &str,
+    measured: String,
+    baseline: &str,
+    result: String,
+    goal: &str,
+    met: bool,
+) -> Figure {
+    Figure {
+        figure: figure.into(),
+        measured,
+        baseline: baseline.into(),
+        result,
+        goal: goal.into(),
+        met,
+    }
+}
+
+/// A CPU-per-operation row: `us` against `baseline_us`, goal `<= goal_us`.
+fn cpu_row(name: &str, us: f64, baseline: &str, baseline_us: f64, goal_us: f64) -> Figure {
+    figure(
+        name,
+        format!("{us:.0} µs"),
+        &format!("{baseline}: {baseline_us:.0} µs"),
+        format!("{:.1}x the baseline", us / baseline_us.max(1e-9)),
+        &format!("<= {goal_us:.0} µs"),
+        us <= goal_us,
+    )
+}
+
+/// The purchase path: CPU per accepted purchase by part and in all, each
+/// against its floor; throughput against raw EVALSHA; the tail at half rate.
+pub fn purchase_path(intake: &Intake, bare: &Bare, plain: &PlainProducer) -> Vec<Figure> {
+    let storm = &intake.max_rate_cpu;
+    let accepted = intake.max_rate.accepted_per_sec;
+    let ratio = accepted / intake.baseline.rps.max(1.0);
+    let p99s = &intake.half_rate_p99_ms;
+    let mut sorted = p99s.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN);
+    let within = p99s.iter().filter(|&&p| p <= 10.0).count();
+    let half = intake.half_rate.outcomes.get("202");
+    vec![
+        cpu_row(
+            "API CPU per accepted purchase",
+            cpu::part(storm, "API"),
+            "a bare axum handler, same runtime and client, per request",
+            bare.us_per_request(),
+            30.0,
+        ),
+        cpu_row(
+            "Kafka broker CPU per accepted purchase",
+            cpu::part(storm, "Kafka"),
+            &format!(
+                "a plain rdkafka producer at {:.0}/s, per message",
+                plain.per_sec
+            ),
+            plain.kafka_us_per_message(),
+            15.0,
+        ),
+        cpu_row(
+            "load generator CPU per purchase",
+            cpu::part(storm, "load generator"),
+            "redis-benchmark per EVALSHA",
+            cpu::part(&intake.baseline_cpu, "redis-benchmark"),
+            15.0,
+        ),
+        cpu_row(
+            "whole machine CPU per accepted purchase",
+            storm.total_us_per_purchase,
+            "the machine per raw EVALSHA",
+            intake.baseline_cpu.total_us_per_purchase,
+            100.0,
+        ),
+        figure(
+            "accepted purchases/s through the API (HTTP, JWT, Kafka ack)",
+            format!("{accepted:.0}/s"),
+            &format!(
+                "redis-benchmark EVALSHA purchase.lua, {} clients: {:.0}/s",
+                intake::CLIENTS,
+                intake.baseline.rps
+            ),
+            format!("ratio {ratio:.2}"),
+            "ratio >= 0.4",
+            ratio >= 0.4,
+        ),
+        figure(
+            &format!("half-rate p99 of accepted purchases, {} storms", p99s.len()),
+            format!(
+                "median {median:.1} ms ({:.1}-{:.1}); first storm p50 {:.2}, p99.9 {:.1} ms",
+                sorted.first().copied().unwrap_or(f64::NAN),
+                sorted.last().copied().unwrap_or(f64::NAN),
+                half.map_or(f64::NAN, |l| l.p50_ms),
+                half.map_or(f64::NAN, |l| l.p999_ms),
+            ),
+            &format!(
+                "Redis round trip: p50 {:.2} ms, p99 {:.2} ms",
+                intake.baseline.p50_ms, intake.baseline.p99_ms
+            ),
+            format!("{within} of {} <= 10 ms", p99s.len()),
+            "p99 <= 10 ms in every storm",
+            within == p99s.len(),
+        ),
+    ]
+}
+
+/// Persisted orders per second against COPY of the same rows.
+pub fn persistence(persist: &Persist) -> Figure {
+    let ratio = persist.consumer_per_sec / persist.copy_per_sec.max(1.0);
+    figure(
+        "persisted orders/s by a consumer",
+        format!(
+            "{:.0}/s ({} orders)",
+            persist.consumer_per_sec, persist.orders
+        ),
+        &format!("COPY of the same rows: {:.0}/s", persist.copy_per_sec),
+        format!("ratio {ratio:.2}"),
+        "ratio >= 0.5",
+        ratio >= 0.5,
+    )
+}
+
+/// The API's memory under the storm.
+pub fn memory(api_rss: f64) -> Figure {
+    figure(
+        "API RSS under the storm (peak)",
+        format!("{api_rss:.1} MiB"),
+        "-",
+        format!("{api_rss:.1} MiB"),
+        "<= 64 MiB",
+        api_rss <= 64.0,
+    )
+}
+
+/// The operator's reaction times and memory.
+pub fn operator(ops: &OperatorFigures) -> Vec<Figure> {
+    let transition_ms = ops.warm_error.max_ms.max(ops.live_error.max_ms);
+    vec![
+        figure(
+            &format!(
+                "kill switch: patch -> first PAUSED, {} trials",
+                ops.kill_switch.samples_ms.len()
+            ),
+            format!(
+                "p50 {:.0} ms, p99 {:.0} ms",
+                ops.kill_switch.p50_ms, ops.kill_switch.p99_ms
+            ),
+            "-",
+            format!("p99 {:.0} ms", ops.kill_switch.p99_ms),
+            "p99 <= 1 s",
+            ops.kill_switch.p99_ms <= 1000.0,
+        ),
+        figure(
+            "warm-up / live vs their due instants, 5 sales",
+            format!(
+                "warm max {:.0} ms, live max {:.0} ms off",
+                ops.warm_error.max_ms, ops.live_error.max_ms
+            ),
+            "-",
+            format!("max {transition_ms:.0} ms"),
+            "within 1 s",
+            transition_ms <= 1000.0,
+        ),
+        figure(
+            &format!(
+                "lag crossing -> replicas updated, {} trials",
+                ops.scaling_reaction.samples_ms.len()
+            ),
+            format!(
+                "median {:.0} ms, max {:.0} ms",
+                ops.scaling_reaction.p50_ms, ops.scaling_reaction.max_ms
+            ),
+            "KEDA's default poll: 30 s",
+            format!(
+                "max {:.1} s ({:.0}x faster than 30 s)",
+                ops.scaling_reaction.max_ms / 1000.0,
+                30_000.0 / ops.scaling_reaction.max_ms.max(1.0)
+            ),
+            "<= 5 s",
+            ops.scaling_reaction.max_ms <= 5000.0,
+        ),
+        figure(
+            &format!("operator RSS with {} sales", ops.sales),
+            format!("{:.1} MiB", ops.operator_rss_mib),
+            "-",
+            format!("{:.1} MiB", ops.operator_rss_mib),
+            "<= 32 MiB",
+            ops.operator_rss_mib <= 32.0,
+        ),
+    ]
+}
