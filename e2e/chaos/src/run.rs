@@ -58,7 +58,8 @@ pub struct RunResult {
     pub accepted_units: i64,
     /// 202s that are neither persisted nor released (must be 0).
     pub orders_lost: usize,
-    /// Units persisted beyond the stock (must be 0).
+    /// Units persisted beyond the stock, or answered 202 and then refused
+    /// by the database for want of stock (must be 0).
     pub oversold_units: i64,
     /// 202s whose order its shopper could not see (must be 0).
     pub lookups_failed: usize,
@@ -591,7 +592,15 @@ async fn check(
         .filter(|o| o.status.holds_stock())
         .map(|o| o.quantity)
         .sum();
-    result.oversold_units = (live - evidence.stock).max(0);
+    // Units persisted beyond the stock, and units sold at the door that the
+    // database then refused for want of stock (FAILED orders).
+    let refused: i64 = told
+        .accepted
+        .iter()
+        .filter(|(id, _)| evidence.refused_for_stock.contains(*id))
+        .map(|(_, (_, q))| q)
+        .sum();
+    result.oversold_units = (live - evidence.stock).max(0) + refused;
     let http = reqwest::Client::new();
     for (id, (shopper, _)) in &told.accepted {
         let seen = http

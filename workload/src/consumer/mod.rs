@@ -458,13 +458,7 @@ impl SaleConsumer {
                 }
                 Err(PersistError::Refused(refusal)) if group.len() == 1 => {
                     drop(tx);
-                    let reason = match refusal {
-                        Refusal::StockExhausted => "the sale has no stock left in the database",
-                        Refusal::LimitExceeded => {
-                            "the shopper's purchase limit is reached in the database"
-                        }
-                    };
-                    self.fail(&group[0], reason).await?;
+                    self.fail(&group[0], refusal.reason()).await?;
                     settle(items, &group);
                 }
                 Err(PersistError::Db(e)) if is_data_error(&e) && group.len() == 1 => {

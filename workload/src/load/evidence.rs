@@ -69,7 +69,13 @@ pub async fn gather(
                 .all(|id| snapshot.orders.contains_key(id) || released.contains(id));
             let quiet = returns_pending(db, config).await? == 0;
             if (settled && quiet) || Instant::now() >= deadline {
-                let evidence = read(store, config, told, snapshot.clone(), released).await?;
+                let mut evidence = read(store, config, told, snapshot.clone(), released).await?;
+                evidence.refused_for_stock = crate::orders::order::refused_for_stock(db, config.id)
+                    .await
+                    .map_err(|e| err(&e))?
+                    .into_iter()
+                    .map(|id| id.to_string())
+                    .collect();
                 let after = reconciliation::snapshot(db, config.id)
                     .await
                     .map_err(|e| err(&e))?;
@@ -155,6 +161,7 @@ async fn read(
         shopper_units: db.shopper_units,
         orders: db.orders,
         released,
+        refused_for_stock: BTreeSet::new(),
         redis_remaining,
         redis_units,
     })

@@ -107,6 +107,28 @@ pub enum Refusal {
     LimitExceeded,
 }
 
+impl Refusal {
+    /// What the shopper reads on the order the database refused (FAILED).
+    pub fn reason(self) -> &'static str {
+        match self {
+            Refusal::StockExhausted => "the sale has no stock left in the database",
+            Refusal::LimitExceeded => "the shopper's purchase limit is reached in the database",
+        }
+    }
+}
+
+/// Orders of a sale that the database refused for want of stock: units a
+/// shopper was told were accepted with no unit behind them.
+pub async fn refused_for_stock(db: &sqlx::PgPool, sale_id: Uuid) -> sqlx::Result<Vec<Uuid>> {
+    sqlx::query_scalar(
+        "SELECT id FROM orders WHERE sale_id = $1 AND status = 'FAILED' AND failure_reason = $2",
+    )
+    .bind(sale_id)
+    .bind(Refusal::StockExhausted.reason())
+    .fetch_all(db)
+    .await
+}
+
 /// A batch that could not be persisted.
 #[derive(Debug, thiserror::Error)]
 pub enum PersistError {
