@@ -29,7 +29,7 @@ use crate::bus::{client_config, topics};
 use crate::domain::purchase::ReservationState;
 use crate::domain::sale::SaleConfig;
 use crate::metrics::{Metrics, SaleLabels};
-use crate::orders::order::{NewOrder, PersistError, Refusal, insert_failed, persist_batch};
+use crate::orders::order::{NewOrder, PersistError, insert_failed, persist_batch};
 use crate::redis::store::{ClaimOutcome, SaleStore, StoreError};
 
 pub use supervisor::{Supervisor, run_all_sales};
