@@ -227,6 +227,21 @@ async fn main() -> anyhow::Result<()> {
             machine.other_pods.len()
         );
     }
+    let stolen = [
+        &intake.max_rate_cpu,
+        &intake.baseline_cpu,
+        &bare.cpu,
+        &plain.cpu,
+    ]
+    .iter()
+    .flat_map(|share| share.stolen_per_core.iter().copied())
+    .fold(0.0, f64::max);
+    if stolen > 0.05 {
+        println!(
+            "NOT QUIET: the hypervisor took up to {:.0}% of a core during a measurement (steal); figures of such runs vary widely",
+            stolen * 100.0
+        );
+    }
     println!(
         "{:<62} {:<44} {:<52} {:<26} {:<14}",
         "figure", "measured", "baseline (same run)", "result", "goal"
