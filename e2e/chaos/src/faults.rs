@@ -1,7 +1,8 @@
 //! The faults a chaos run injects into the real stack, and their undoing:
 //! every fault that leaves something behind (a stopped service, a paused
 //! Redis, an iptables rule) registers its undo first; a guard runs it on
-//! drop (panics included) and Ctrl-C runs every undo still pending.
+//! drop (panics included) and a signal (Ctrl-C, SIGTERM, SIGHUP) runs every
+//! undo still pending.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -131,6 +132,55 @@ pub fn undo_all() {
         undo();
     }
 }
+
+/// Waits for SIGINT (Ctrl-C), SIGTERM or SIGHUP and returns its name and
+/// the exit status it calls for (128 + its number): a runner stopped by a
+/// CI timeout or a closed terminal undoes its faults too.
+pub async fn terminated() -> (&'static str, i32) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => ("interrupted", 130),
+        _ = term.recv() => ("terminated", 143),
+        _ = hup.recv() => ("hung up", 129),
+    }
+}
+
+/// Removes what a runner killed outright (SIGKILL, no undo) left behind:
+/// its iptables rules, its operators, API and consumer (each started with
+/// its run's `chaos-` namespace on the command line) and that namespace.
+/// Only one runner acts on the stack at a time, so all of them are stale.
+pub fn remove_leftovers() {
+    remove_rules();
+    let _ = Command::new("pkill")
+        .args(["-KILL", "-f", "--", "namespace chaos-"])
+        .status();
+    let namespaces = stack::kubectl(&[
+        "get",
+        "namespaces",
+        "-l",
+        stack::TEST_NAMESPACE_LABEL,
+        "-o",
+        "name",
+    ]);
+    for name in namespaces
+        .lines()
+        .filter_map(|ns| ns.strip_prefix("namespace/"))
+        .filter(|name| name.starts_with(NAMESPACE_PREFIX))
+    {
+        eprintln!("chaos: removing namespace {name}, left by a runner killed earlier");
+        stack::remove_namespace(name);
+    }
+}
+
+/// The prefix of every run's namespace.
+pub const NAMESPACE_PREFIX: &str = "chaos-";
 
 /// The comment on every iptables rule the runner adds.
 const RULE_COMMENT: &str = "flashsale-chaos";

@@ -77,19 +77,19 @@ async fn main() -> anyhow::Result<()> {
         chrono::Utc::now().format("%Y%m%d-%H%M%S")
     ));
     std::fs::create_dir_all(&dir)?;
-    // A runner killed earlier may have left a rule; Ctrl-C undoes this one's.
-    faults::remove_rules();
+    // A runner killed earlier (SIGKILL) may have left a rule, processes and
+    // a namespace; a signal undoes this one's.
+    faults::remove_leftovers();
     tokio::spawn(async {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("chaos: interrupted; stopping the run's processes, undoing every fault");
-            // The run's operators, API and consumer: nothing acts on its
-            // sale once the faults are undone and its namespace goes.
-            let _ = std::process::Command::new("pkill")
-                .args(["-KILL", "-P", &std::process::id().to_string()])
-                .status();
-            faults::undo_all();
-            std::process::exit(130);
-        }
+        let (signal, status) = faults::terminated().await;
+        eprintln!("chaos: {signal}; stopping the run's processes, undoing every fault");
+        // The run's operators, API and consumer: nothing acts on its sale
+        // once the faults are undone and its namespace goes.
+        let _ = std::process::Command::new("pkill")
+            .args(["-KILL", "-P", &std::process::id().to_string()])
+            .status();
+        faults::undo_all();
+        std::process::exit(status);
     });
     eprintln!(
         "chaos: {} kinds x {} runs, seed {top}, results in {}",
