@@ -304,6 +304,10 @@ struct ApiArgs {
     /// How long the producer waits to fill a batch.
     #[arg(long, env = "FLASHSALE_PRODUCE_LINGER", default_value = "0ms", value_parser = humantime::parse_duration)]
     produce_linger: Duration,
+    /// librdkafka's debug contexts for the producer (e.g. `eos,broker,topic`),
+    /// logged at debug level (`RUST_LOG=librdkafka=debug`).
+    #[arg(long, env = "FLASHSALE_KAFKA_DEBUG")]
+    kafka_debug: Option<String>,
     /// A file holding the secret the payment provider signs its callbacks
     /// with (at least 32 bytes); without it orders cannot be paid.
     #[arg(long, env = "FLASHSALE_PAYMENT_SECRET_FILE")]
@@ -356,6 +360,7 @@ impl ApiArgs {
             producer: ProducerSettings {
                 timeout: self.produce_timeout,
                 linger: self.produce_linger,
+                debug: self.kafka_debug,
             },
             payment_secret: read_secret(self.payment_secret_file.as_deref())?,
             purchase_token_secret: read_secret(self.purchase_token_secret_file.as_deref())?,

@@ -57,6 +57,10 @@ async fn broker_stopped_mid_storm_loses_nothing_and_invents_nothing() {
     let api = Arc::new(
         TestApi::start(ApiOptions {
             produce_timeout: Duration::from_secs(1),
+            // Once in a fresh clone's run (2026-12-03) no purchase was
+            // acknowledged for 30 s after the broker returned, and the
+            // producer logged nothing at warn level: a failure shows why.
+            kafka_debug: Some("eos,broker,topic,msg".into()),
             ..ApiOptions::new(&namespace, target, &db)
         })
         .await,

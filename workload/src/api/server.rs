@@ -90,7 +90,7 @@ pub async fn build_state(config: &ApiConfig) -> anyhow::Result<AppState> {
     let db = crate::orders::connect(&config.database_url, 16)
         .await
         .context("failed to connect to PostgreSQL")?;
-    let producer = OrderProducer::new(&config.kafka, config.producer)?;
+    let producer = OrderProducer::new(&config.kafka, config.producer.clone())?;
     let metrics = Arc::new(Metrics::default());
     let store = SaleStore::new(redis);
     let catalog = Arc::new(Catalog::new(&config.namespace, db.clone(), store.clone()));

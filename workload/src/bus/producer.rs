@@ -16,7 +16,7 @@ pub struct OrderProducer {
 }
 
 /// Producer tuning, measured rather than guessed (see docs/performance.md).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ProducerSettings {
     /// How long a message may wait for its acknowledgement, retries included.
     /// After it, the produce fails and the API releases the reservation.
@@ -24,6 +24,9 @@ pub struct ProducerSettings {
     /// How long librdkafka waits to fill a batch. Messages produced while a
     /// request is in flight still travel together in the next one.
     pub linger: Duration,
+    /// librdkafka's `debug` contexts (e.g. `eos,broker,topic,msg`), logged
+    /// at debug level: what the client did while a broker was away.
+    pub debug: Option<String>,
 }
 
 impl Default for ProducerSettings {
@@ -31,6 +34,7 @@ impl Default for ProducerSettings {
         Self {
             timeout: Duration::from_secs(3),
             linger: Duration::ZERO,
+            debug: None,
         }
     }
 }
@@ -43,7 +47,11 @@ pub struct ProduceError(#[from] rdkafka::error::KafkaError);
 impl OrderProducer {
     /// A producer for the cluster at `bootstrap`.
     pub fn new(bootstrap: &str, settings: ProducerSettings) -> Result<Self, ProduceError> {
-        let producer = client_config(bootstrap)
+        let mut config = client_config(bootstrap);
+        if let Some(debug) = &settings.debug {
+            config.set("debug", debug).set("log_level", "7");
+        }
+        let producer = config
             .set("enable.idempotence", "true")
             .set("acks", "all")
             // Every purchase waits for this socket: no Nagle delay behind an

@@ -673,10 +673,11 @@ pub async fn fail_order(
 
 /// Marks the messages of `orders` as done.
 fn settle(items: &mut [Item], orders: &[NewOrder]) {
+    let settled: std::collections::HashSet<uuid::Uuid> = orders.iter().map(|o| o.id).collect();
     for item in items.iter_mut() {
         if item
             .pending()
-            .is_some_and(|o| orders.iter().any(|n| n.id == o.order_id))
+            .is_some_and(|o| settled.contains(&o.order_id))
         {
             item.state = ItemState::Done;
         }

@@ -45,13 +45,14 @@ pub const PAYMENT_SECRET: &[u8] = b"flashsale-test-payment-provider-secret";
 /// What the test API signs purchase tokens with.
 pub const PURCHASE_TOKEN_SECRET: &[u8] = b"flashsale-test-purchase-token-secret";
 
-/// Test logs: warnings and errors of the code under test, shown for failing tests.
+/// Test logs: warnings and errors of the code under test, shown for failing
+/// tests, and librdkafka's debug lines of a client that asked for them.
 pub fn init_logs() {
     let _ = tracing_subscriber::fmt()
         .with_test_writer()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,librdkafka=debug")),
         )
         .try_init();
 }
@@ -176,6 +177,8 @@ pub struct ApiOptions {
     pub kafka: String,
     pub per_shopper_per_sec: u32,
     pub produce_timeout: Duration,
+    /// librdkafka's debug contexts for the API's producer.
+    pub kafka_debug: Option<String>,
     pub transport: TransportLimits,
     /// Shoppers prove who they are with HS256 tokens (else the development
     /// identity header: the API takes one or the other, never both).
@@ -200,6 +203,7 @@ impl ApiOptions {
             kafka: stack::kafka_bootstrap(),
             per_shopper_per_sec: 1000,
             produce_timeout: Duration::from_secs(3),
+            kafka_debug: None,
             transport: TransportLimits::default(),
             jwt: false,
             jwks: None,
@@ -251,6 +255,7 @@ impl TestApi {
             },
             producer: ProducerSettings {
                 timeout: options.produce_timeout,
+                debug: options.kafka_debug.clone(),
                 ..ProducerSettings::default()
             },
             payment_secret: Some(PAYMENT_SECRET.to_vec()),
