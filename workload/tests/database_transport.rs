@@ -37,8 +37,8 @@ async fn large_queries_do_not_wait_for_a_delayed_ack() {
             }
         }
     }
-    // A loaded machine may delay one or two; a missing TCP_NODELAY delays
-    // most of them.
+    // A loaded machine may delay a few; a missing TCP_NODELAY delays most
+    // of them (34 of 50 with sqlx 0.9.0 as released).
     assert!(
         stalled.len() <= 5,
         "{} of {total} round trips took over {STALL:?}, the delayed-ACK stall: {stalled:?}",

@@ -159,7 +159,12 @@ pub async fn terminated() -> (&'static str, i32) {
 pub fn remove_leftovers() {
     remove_rules();
     let _ = Command::new("pkill")
-        .args(["-KILL", "-f", "--", "namespace chaos-"])
+        .args([
+            "-KILL",
+            "-f",
+            "--",
+            &format!("namespace {NAMESPACE_PREFIX}-"),
+        ])
         .status();
     let namespaces = stack::kubectl(&[
         "get",
@@ -172,15 +177,18 @@ pub fn remove_leftovers() {
     for name in namespaces
         .lines()
         .filter_map(|ns| ns.strip_prefix("namespace/"))
-        .filter(|name| name.starts_with(NAMESPACE_PREFIX))
+        .filter(|name| {
+            name.strip_prefix(NAMESPACE_PREFIX)
+                .is_some_and(|rest| rest.starts_with('-'))
+        })
     {
         eprintln!("chaos: removing namespace {name}, left by a runner killed earlier");
         stack::remove_namespace(name);
     }
 }
 
-/// The prefix of every run's namespace.
-pub const NAMESPACE_PREFIX: &str = "chaos-";
+/// The prefix of every run's namespace (`chaos-<unique>`).
+pub const NAMESPACE_PREFIX: &str = "chaos";
 
 /// The comment on every iptables rule the runner adds.
 const RULE_COMMENT: &str = "flashsale-chaos";

@@ -191,7 +191,7 @@ async fn run_inner(
         flashsale_operator::crd::install(&client).await?,
         "the FlashSale CRD was not established within 20 s"
     );
-    let namespace = stack::unique_name(faults::NAMESPACE_PREFIX.trim_end_matches('-'));
+    let namespace = stack::unique_name(faults::NAMESPACE_PREFIX);
     let _namespace = test_namespace(&client, &namespace).await?;
     let db_url = stack::fresh_database_url().await;
     let redis = if kind.on_cluster() {
