@@ -294,6 +294,49 @@ async fn a_failed_order_persisted_by_another_consumer_keeps_its_units() {
     assert_eq!(live.remaining().await, 8);
 }
 
+/// A batch redelivered after a consumer's crash, overlapping one already
+/// persisted, adds only its new orders to `sold` and to each shopper's units;
+/// the same order twice in one batch counts once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_batch_counts_only_its_new_orders() {
+    let live = LiveSale::start(common::redis_node(), 100, 1, 5).await;
+    let order = |shopper: &str, quantity| NewOrder {
+        id: uuid::Uuid::now_v7(),
+        shopper: shopper.into(),
+        quantity,
+        shard: 0,
+        accepted_at: chrono::Utc::now(),
+        idempotency_key: None,
+    };
+    let (a, b, c) = (order("ann", 2), order("bob", 1), order("ann", 3));
+    let (db, sale_id) = (&live.db, live.config.id);
+    let persist = |batch: Vec<NewOrder>| async move {
+        let mut tx = db.begin().await.unwrap();
+        let persisted = persist_batch(&mut tx, sale_id, &batch).await.unwrap();
+        tx.commit().await.unwrap();
+        persisted
+    };
+    assert_eq!(persist(vec![a.clone(), b.clone()]).await.units, 3);
+    let again = persist(vec![b.clone(), c.clone(), c.clone(), a.clone()]).await;
+    assert_eq!((again.inserted, again.units), (vec![c.id], 3));
+    let sold: i32 = sqlx::query_scalar("SELECT sold FROM sales WHERE id = $1")
+        .bind(live.config.id)
+        .fetch_one(&live.db)
+        .await
+        .unwrap();
+    let units: Vec<(String, i32)> = sqlx::query_as(
+        "SELECT shopper, units FROM shopper_units WHERE sale_id = $1 ORDER BY shopper",
+    )
+    .bind(live.config.id)
+    .fetch_all(&live.db)
+    .await
+    .unwrap();
+    assert_eq!(sold, 6);
+    assert_eq!(units, vec![("ann".into(), 5), ("bob".into(), 1)]);
+    let nothing = persist(vec![a, b, c]).await;
+    assert_eq!((nothing.inserted.len(), nothing.units), (0, 0));
+}
+
 /// A warm-up that failed half-way resumes without resetting a shard that was
 /// already open and selling (item 4).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
