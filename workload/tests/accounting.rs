@@ -320,15 +320,15 @@ async fn a_redelivered_batch_counts_only_its_new_orders() {
     let again = persist(vec![b.clone(), c.clone(), c.clone(), a.clone()]).await;
     assert_eq!((again.inserted, again.units), (vec![c.id], 3));
     let sold: i32 = sqlx::query_scalar("SELECT sold FROM sales WHERE id = $1")
-        .bind(live.config.id)
-        .fetch_one(&live.db)
+        .bind(sale_id)
+        .fetch_one(db)
         .await
         .unwrap();
     let units: Vec<(String, i32)> = sqlx::query_as(
         "SELECT shopper, units FROM shopper_units WHERE sale_id = $1 ORDER BY shopper",
     )
-    .bind(live.config.id)
-    .fetch_all(&live.db)
+    .bind(sale_id)
+    .fetch_all(db)
     .await
     .unwrap();
     assert_eq!(sold, 6);
