@@ -6,6 +6,8 @@
 #     built or started.
 #  3. A second clone of the project on the same machine neither starts a
 #     stack of its own nor stops this one's.
+#  4. A stack process that died without `make down` (a killed container, a
+#     reboot) is not mistaken for the process that has its pid now.
 # shellcheck source-path=SCRIPTDIR source=stack/lib.sh
 source "$(dirname "$0")/stack/lib.sh"
 
@@ -71,6 +73,30 @@ if [ -z "$down" ]; then
   pass "a second clone's make down leaves this clone's stack up"
 else
   fail "after the second clone's make down, this clone's stack lost: $down"
+fi
+
+# 4. A recorded process died; its pid now belongs to another process.
+stale=$(
+  PID_DIR=$scratch/pids LOG_DIR=$scratch/logs
+  mkdir -p "$PID_DIR" "$LOG_DIR"
+  start_bg fresh sleep 60 2>/dev/null
+  is_running fresh && echo "a fresh process counts as running;"
+  stop_pid fresh 2>/dev/null
+  start_bg gone sleep 60 2>/dev/null
+  kill -KILL "$(cat "$(pid_file gone)")"
+  sleep 0.1
+  sleep 60 &
+  reused=$!
+  echo "$reused" >"$(pid_file gone)" # as if the pid had come back to it
+  is_running gone && echo "the dead process counts as running;"
+  stop_pid gone 2>/dev/null
+  alive "$reused" || echo "stop_pid killed the process that has its pid now;"
+  kill "$reused" 2>/dev/null || true
+)
+if [ "$stale" = "a fresh process counts as running;" ]; then
+  pass "a stack process that died is not mistaken for the one that has its pid now"
+else
+  fail "recorded pids: ${stale:-a fresh process does not count as running;} (expected only: a fresh process counts as running)"
 fi
 
 [ "$failures" -eq 0 ] || {

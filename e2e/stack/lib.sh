@@ -109,12 +109,37 @@ alive() {
   case $stat in Z*) return 1 ;; esac
 }
 
-# is_running NAME: the process recorded for NAME is alive.
-is_running() {
-  local f
-  f=$(pid_file "$1")
-  [ -f "$f" ] && alive "$(cat "$f")"
+# started PID: when the process started, in clock ticks since boot.
+started() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+  stat=${stat##*) } # past the command's name, which may hold spaces
+  cut -d' ' -f20 <<<"$stat"
 }
+
+# record_pid NAME PID: PID is NAME's, with its start time beside it.
+record_pid() {
+  echo "$2" >"$(pid_file "$1")"
+  started "$2" >"$PID_DIR/$1.started"
+}
+
+# live_pid FILE: prints the pid recorded in FILE (a NAME.pid) while that
+# process runs: alive, and started when it did at recording (NAME.started).
+# The stack's processes can die without `make down` (a killed container, a
+# reboot), and their pids come back to others: `make stack` once took a
+# Redis Sentinel for etcd and started no etcd; `make down` would have killed
+# the Sentinel.
+live_pid() {
+  local f=$1 pid
+  [ -f "$f" ] && pid=$(cat "$f") && alive "$pid" || return 1
+  if [ -f "${f%.pid}.started" ] && [ "$(started "$pid")" != "$(cat "${f%.pid}.started")" ]; then
+    return 1
+  fi
+  echo "$pid"
+}
+
+# is_running NAME: the process recorded for NAME is alive.
+is_running() { live_pid "$(pid_file "$1")" >/dev/null; }
 
 # start_bg NAME CMD...: run CMD detached in its own session, log to
 # $LOG_DIR/NAME.log, record its pid. Does nothing if NAME already runs.
@@ -126,7 +151,7 @@ start_bg() {
     return 0
   fi
   setsid "$@" >>"$LOG_DIR/$name.log" 2>&1 </dev/null &
-  echo $! >"$(pid_file "$name")"
+  record_pid "$name" $!
   log "$name started (pid $!), log $LOG_DIR/$name.log"
 }
 
@@ -134,9 +159,7 @@ start_bg() {
 stop_pid() {
   local name=$1 f pid
   f=$(pid_file "$name")
-  [ -f "$f" ] || return 0
-  pid=$(cat "$f")
-  if alive "$pid"; then
+  if pid=$(live_pid "$f"); then
     kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 1 100); do
       alive "$pid" || break
@@ -148,7 +171,7 @@ stop_pid() {
     fi
     log "$name stopped (pid $pid)"
   fi
-  rm -f "$f"
+  rm -f "$f" "$PID_DIR/$name.started"
 }
 
 # other_owner: prints the run directory of the other clone that owns this
@@ -159,7 +182,7 @@ other_owner() {
   owner=$(cat "$OWNER_FILE" 2>/dev/null) || return 1
   [ -n "$owner" ] && [ "$owner" != "$RUN_DIR" ] || return 1
   for f in "$owner"/pids/*.pid; do
-    [ -e "$f" ] && alive "$(cat "$f")" && echo "$owner" && return 0
+    live_pid "$f" >/dev/null && echo "$owner" && return 0
   done
   return 1
 }

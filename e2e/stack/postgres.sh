@@ -54,7 +54,7 @@ up() {
     as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -w -t 30 start \
       -o "-p $PG_PORT -k $PG_SOCK -c listen_addresses=$(listen_addrs) -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c ssl=on -c ssl_cert_file=$PG_TLS/server.crt -c ssl_key_file=$PG_TLS/server.key" >/dev/null
   fi
-  as_root head -1 "$PG_DATA/postmaster.pid" >"$(pid_file postgres)"
+  record_pid postgres "$(as_root head -1 "$PG_DATA/postmaster.pid")"
   if ! psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -tAc "select 1 from pg_database where datname='$DB_NAME'" | grep -q 1; then
     psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -qc "create database $DB_NAME"
   fi
