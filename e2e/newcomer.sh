@@ -85,7 +85,7 @@ stale=$(
   start_bg gone sleep 60 2>/dev/null
   kill -KILL "$(cat "$(pid_file gone)")"
   sleep 0.1
-  sleep 60 &
+  sleep 60 >/dev/null & # not holding this substitution's output open
   reused=$!
   echo "$reused" >"$(pid_file gone)" # as if the pid had come back to it
   is_running gone && echo "the dead process counts as running;"

@@ -119,8 +119,10 @@ started() {
 
 # record_pid NAME PID: PID is NAME's, with its start time beside it.
 record_pid() {
-  echo "$2" >"$(pid_file "$1")"
-  started "$2" >"$PID_DIR/$1.started"
+  local f
+  f=$(pid_file "$1")
+  echo "$2" >"$f"
+  started "$2" >"${f%.pid}.started"
 }
 
 # live_pid FILE: prints the pid recorded in FILE (a NAME.pid) while that
@@ -171,7 +173,7 @@ stop_pid() {
     fi
     log "$name stopped (pid $pid)"
   fi
-  rm -f "$f" "$PID_DIR/$name.started"
+  rm -f "$f" "${f%.pid}.started"
 }
 
 # other_owner: prints the run directory of the other clone that owns this
