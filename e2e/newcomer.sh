@@ -8,6 +8,8 @@
 #     stack of its own nor stops this one's.
 #  4. A stack process that died without `make down` (a killed container, a
 #     reboot) is not mistaken for the process that has its pid now.
+#  5. The topics test sales leave on a developer's broker are swept (a
+#     broker holding thousands of them started in minutes); others stay.
 # shellcheck source-path=SCRIPTDIR source=stack/lib.sh
 source "$(dirname "$0")/stack/lib.sh"
 
@@ -97,6 +99,21 @@ if [ "$stale" = "a fresh process counts as running;" ]; then
   pass "a stack process that died is not mistaken for the one that has its pid now"
 else
   fail "recorded pids: ${stale:-a fresh process does not count as running;} (expected only: a fresh process counts as running)"
+fi
+
+# 5. One topic shaped like a test sale's, one like a merchant's: the sweep
+#    takes the first only.
+test_topic=flashsale.ns-$$beef-0.newcomer.orders
+shop_topic=flashsale.newcomer-shop-$$.summer.orders
+kafka_topics() { "$STACK_DIR/kafka.sh" topics "$@"; }
+for t in "$test_topic" "$shop_topic"; do kafka_topics --create --if-not-exists --topic "$t" --partitions 1 >/dev/null; done
+"$STACK_DIR/kafka.sh" sweep 2>/dev/null
+left=$(kafka_topics --list | grep -xF -e "$test_topic" -e "$shop_topic" | tr '\n' ' ')
+kafka_topics --delete --if-exists --topic "$shop_topic" >/dev/null
+if [ "$left" = "$shop_topic " ]; then
+  pass "a test sale's topic is swept, a merchant's stays"
+else
+  fail "topics after the sweep: ${left:-none} (expected only $shop_topic)"
 fi
 
 [ "$failures" -eq 0 ] || {
