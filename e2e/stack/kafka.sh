@@ -127,8 +127,9 @@ down() { stop_pid kafka; }
 # The topics of test sales: their namespaces come from the testkit's
 # unique_name (ns-, t-, chaos-<hex>-<n>). Tests without an operator leave
 # them (nothing runs a sale's cleanup): a developer's broker held 542 of
-# them, ~2,700 partitions, and once took over a minute to start. `make test` sweeps
-# them after the tests; a sale in any other namespace is not touched.
+# them, ~2,700 partitions, and once took over a minute to start. `make
+# test` sweeps them after the tests; a sale in any other namespace is not
+# touched.
 TEST_TOPICS='flashsale\.(ns|t|chaos)-[0-9a-f]+-[0-9]+\..*'
 
 # kafka.sh topics ARGS: Kafka's kafka-topics tool against this broker.
@@ -136,8 +137,9 @@ topics() { kafka_java org.apache.kafka.tools.TopicCommand --bootstrap-server "12
 
 sweep() {
   is_running kafka || return 0
-  local count
-  count=$(topics --list | grep -cxE "$TEST_TOPICS" || true)
+  local listed count
+  listed=$(topics --list) || return 1
+  count=$(grep -cxE "$TEST_TOPICS" <<<"$listed" || true)
   [ "$count" -gt 0 ] || return 0
   topics --delete --if-exists --topic "$TEST_TOPICS"
   log "kafka: test sales' topics removed: $count"
