@@ -40,7 +40,7 @@ step "2/8 The chart: operator (2 replicas, leader election) and shopper API (2 r
 helm upgrade --install "$RELEASE" charts/flashsale -n "$NS" --create-namespace --take-ownership \
   -f charts/flashsale/ci/local-values.yaml \
   --set images.operator.tag="$VERSION" --set images.flashsale.tag="$VERSION" \
-  --set operator.watchNamespace="$NS" --set operator.reservationMinAge=10s \
+  --set operator.watchNamespace="$NS" \
   --wait --timeout 5m >/dev/null
 kubectl get pods -n "$NS" -o wide
 

@@ -5,12 +5,16 @@
 -- KEYS[2] stock  int   units left in this shard
 -- KEYS[3] units  hash  shopper -> units held (shoppers whose home is this shard)
 -- KEYS[4] res    hash  order id -> reservation "<state>:<qty>:<created_ms>:<shopper>"
---                      state R reserved, C claimed by a consumer, X released
+--                      state R reserved, A acknowledged by the broker (lua/confirm.lua),
+--                      C claimed by a consumer, X released
 -- KEYS[5] idem   hash  "<length of shopper>:<shopper>|<idempotency key>" -> order id
 --                      (the length makes the field unambiguous whatever the two hold)
 -- KEYS[6] pend   zset  reservations still R, scored by created_ms: the janitor
 --                      releases the ones whose message can no longer come
--- ARGV[1] shopper, ARGV[2] quantity, ARGV[3] order id, ARGV[4] idempotency key or ''
+-- KEYS[7] tok    string (only for a sale that needs purchase tokens): the order id
+--                      that used the token shown
+-- ARGV[1] shopper, ARGV[2] quantity, ARGV[3] order id, ARGV[4] idempotency key or '',
+-- ARGV[5] (with KEYS[7]) how long to remember the token, ms
 --
 -- Replies (the first element is the code; workload/src/domain/purchase.rs reads them):
 --   {0, order id, stock left}   accepted: stock deducted, units counted, reservation R
@@ -20,10 +24,14 @@
 --   {8, order id, state}        a retry of an order already decided: its first answer
 --   {9}                         malformed arguments
 --   {10}                        the sale's Redis state was lost (lua/fence.lua): nothing reserved
+--   {11}                        the purchase token was used by another order
 local meta, stock_key, units_key, res_key, idem_key, pend_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local token_key = KEYS[7]
 local shopper, qty, order_id, idem = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local token_ms = tonumber(ARGV[5])
 if shopper == nil or shopper == '' or order_id == nil or order_id == ''
-    or qty == nil or qty < 1 or qty ~= math.floor(qty) then
+    or qty == nil or qty < 1 or qty ~= math.floor(qty)
+    or (token_key ~= nil and (token_ms == nil or token_ms < 1)) then
   return {9}
 end
 
@@ -43,6 +51,13 @@ if idem ~= nil and idem ~= '' then
       return {8, first, string.sub(r, 1, 1)}
     end
   end
+end
+
+-- A token buys once: a refusal here never marks it used, and an API whose
+-- produce failed frees it as it releases the reservation (lua/release.lua).
+if token_key then
+  local user = redis.call('GET', token_key)
+  if user and user ~= order_id then return {11} end
 end
 
 local m = redis.call('HMGET', meta, 'warmed', 'paused', 'start_ms', 'end_ms', 'limit', 'busy', 'lost')
@@ -67,4 +82,6 @@ redis.call('HINCRBY', units_key, shopper, qty)
 redis.call('HSET', res_key, order_id, 'R:' .. qty .. ':' .. now .. ':' .. shopper)
 redis.call('ZADD', pend_key, now, order_id)
 if idem_field then redis.call('HSET', idem_key, idem_field, order_id) end
+-- Relative to now: the token's expiry is by the API's clock, not this one's.
+if token_key then redis.call('SET', token_key, order_id, 'PX', token_ms) end
 return {0, order_id, available - qty}

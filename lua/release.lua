@@ -3,8 +3,11 @@
 --
 -- KEYS[1] stock, KEYS[2] units, KEYS[3] res, KEYS[4] meta (`arrivals` counter),
 -- KEYS[5] pend zset of R reservations   (one shard's slot; see purchase.lua)
+-- KEYS[6] optional: the purchase token the order used; freed when this call
+--         releases the reservation (the API after a failed produce: it bought nothing)
 -- ARGV[1] order id
 -- ARGV[2] expected state: R (the API after a failed produce, or the janitor),
+--         A (acknowledged by the broker, never claimed: reconciliation only),
 --         C (a claimed order that failed, was cancelled or timed out)
 -- ARGV[3] minimum age in ms: younger reservations are left alone (0 = any age)
 -- ARGV[4] shopper or '': when set and no reservation exists, a tombstone
@@ -13,10 +16,12 @@
 --         reserves nothing
 --
 -- Replies: {0, qty} released   {1} found R   {2} found C   {3} found X (already released)
---          {4} no such reservation   {5} younger than the minimum age   {9} malformed
+--          {4} no such reservation   {5} younger than the minimum age   {6} found A
+--          {9} malformed
 local stock_key, units_key, res_key, meta_key, pend_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local order_id, expected, min_age, tombstone = ARGV[1], ARGV[2], tonumber(ARGV[3] or '0'), ARGV[4]
-if order_id == nil or order_id == '' or (expected ~= 'R' and expected ~= 'C') or min_age == nil then
+if order_id == nil or order_id == '' or (expected ~= 'R' and expected ~= 'A' and expected ~= 'C')
+    or min_age == nil then
   return {9}
 end
 local t = redis.call('TIME')
@@ -30,7 +35,8 @@ if not r then
 end
 local state, qty, created, shopper = string.match(r, '^(%u):(%d+):(%d+):(.*)$')
 if state ~= expected then
-  if state == 'R' then return {1} elseif state == 'C' then return {2} else return {3} end
+  if state == 'R' then return {1} elseif state == 'A' then return {6}
+  elseif state == 'C' then return {2} else return {3} end
 end
 if min_age > 0 and now - tonumber(created) < min_age then return {5} end
 redis.call('INCRBY', stock_key, qty)
@@ -40,4 +46,5 @@ end
 redis.call('HSET', res_key, order_id, 'X:' .. qty .. ':' .. created .. ':' .. shopper)
 redis.call('ZREM', pend_key, order_id)
 redis.call('HINCRBY', meta_key, 'arrivals', 1)
+if KEYS[6] and redis.call('GET', KEYS[6]) == order_id then redis.call('DEL', KEYS[6]) end
 return {0, tonumber(qty)}

@@ -14,6 +14,7 @@ fi
 "$STACK_DIR/prometheus.sh" down
 "$STACK_DIR/node.sh" down
 "$STACK_DIR/kube.sh" down
+"$STACK_DIR/toxiproxy.sh" down
 "$STACK_DIR/kafka.sh" down
 "$STACK_DIR/postgres.sh" down
 "$STACK_DIR/redis.sh" down

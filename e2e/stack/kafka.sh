@@ -31,6 +31,11 @@ write_config() {
   listeners+=",SSL://127.0.0.1:$KAFKA_TLS_PORT,SASL_SSL://127.0.0.1:$KAFKA_SASL_PORT"
   advertised+=",SSL://127.0.0.1:$KAFKA_TLS_PORT,SASL_SSL://127.0.0.1:$KAFKA_SASL_PORT"
   protocols+=",SSL:SSL,SASL_SSL:SASL_SSL"
+  # Through toxiproxy (toxiproxy.sh): advertised at the proxy, so a client
+  # that bootstraps there reaches every partition's leader through it too.
+  listeners+=",PROXIED://127.0.0.1:$KAFKA_PROXIED_PORT"
+  advertised+=",PROXIED://127.0.0.1:$KAFKA_PROXY_PORT"
+  protocols+=",PROXIED:PLAINTEXT"
   # Pods reach the broker through the test bridge, on a listener of their own.
   if ip -4 addr show 2>/dev/null | grep -q "inet $BRIDGE_IP/"; then
     listeners+=",BRIDGE://$BRIDGE_IP:$KAFKA_BRIDGE_PORT"
@@ -99,6 +104,9 @@ up() {
     stop_pid kafka
   elif is_running kafka && ! listening 127.0.0.1 "$KAFKA_SASL_PORT"; then
     log "kafka has no TLS listeners, restarting it"
+    stop_pid kafka
+  elif is_running kafka && ! listening 127.0.0.1 "$KAFKA_PROXIED_PORT"; then
+    log "kafka has no listener for toxiproxy, restarting it"
     stop_pid kafka
   fi
   if is_running kafka; then

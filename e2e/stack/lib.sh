@@ -29,10 +29,12 @@ ETCD_VERSION=3.6.16
 KAFKA_VERSION=4.1.1
 HELM_VERSION=3.19.5
 SCHEMATHESIS_VERSION=4.32.5
+TOXIPROXY_VERSION=2.5.0
 
 K8S_BIN=$CACHE_DIR/kubernetes-v$K8S_VERSION/bin
 ETCD_BIN=$CACHE_DIR/etcd-v$ETCD_VERSION/bin
 HELM_BIN=$CACHE_DIR/helm-v$HELM_VERSION/bin
+TOXIPROXY_BIN=$CACHE_DIR/toxiproxy-v$TOXIPROXY_VERSION/bin
 KAFKA_HOME=$CACHE_DIR/kafka-$KAFKA_VERSION
 # The OpenAPI fuzzer's venv (schemathesis.sh).
 SCHEMATHESIS_VENV=$CACHE_DIR/schemathesis-$SCHEMATHESIS_VERSION
@@ -58,6 +60,15 @@ KAFKA_SASL_PORT=19096
 KAFKA_SASL_USER=flashsale
 KAFKA_SASL_PASSWORD=flashsale-test-password
 KAFKA_CONTROLLER_PORT=19093
+# A listener whose advertised address is toxiproxy's: clients bootstrapped
+# through the proxy stay behind it (toxiproxy.sh).
+KAFKA_PROXIED_PORT=19097
+# Toxiproxy's API, and the proxies in front of Redis, Kafka and PostgreSQL
+# through which the slow-service faults are injected.
+TOXIPROXY_PORT=18474
+REDIS_PROXY_PORT=16391
+KAFKA_PROXY_PORT=19098
+PG_PROXY_PORT=15433
 ETCD_PORT=12379
 ETCD_PEER_PORT=12380
 APISERVER_PORT=16443

@@ -48,11 +48,18 @@ up() {
     elif [ "$(psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -tAc 'show ssl' 2>/dev/null)" != on ]; then
       log "postgres runs without TLS, restarting it"
       as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w stop >/dev/null
+    elif [ "$(psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -tAc 'show synchronous_commit' 2>/dev/null)" != on ]; then
+      log "postgres acknowledges commits before writing them (an older stack), restarting it"
+      as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w stop >/dev/null
     fi
   fi
+  # fsync=off loses writes only with the host (the kernel holds them);
+  # synchronous_commit stays on: off, a commit is acknowledged while its WAL
+  # is still in the server's memory, which a crash (the chaos kind
+  # postgres-restart) loses — orders the consumer saw committed were gone.
   if ! as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then
     as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -w -t 30 start \
-      -o "-p $PG_PORT -k $PG_SOCK -c listen_addresses=$(listen_addrs) -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c ssl=on -c ssl_cert_file=$PG_TLS/server.crt -c ssl_key_file=$PG_TLS/server.key" >/dev/null
+      -o "-p $PG_PORT -k $PG_SOCK -c listen_addresses=$(listen_addrs) -c max_connections=300 -c fsync=off -c full_page_writes=off -c ssl=on -c ssl_cert_file=$PG_TLS/server.crt -c ssl_key_file=$PG_TLS/server.key" >/dev/null
   fi
   record_pid postgres "$(as_root head -1 "$PG_DATA/postmaster.pid")"
   if ! psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -tAc "select 1 from pg_database where datname='$DB_NAME'" | grep -q 1; then

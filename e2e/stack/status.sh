@@ -14,6 +14,7 @@ echo "== services"
 "$STACK_DIR/redis.sh" status
 "$STACK_DIR/postgres.sh" status
 "$STACK_DIR/kafka.sh" status
+"$STACK_DIR/toxiproxy.sh" status
 "$STACK_DIR/kube.sh" status
 "$STACK_DIR/node.sh" status
 "$STACK_DIR/prometheus.sh" status

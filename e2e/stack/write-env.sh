@@ -23,6 +23,12 @@ export DATABASE_URL='postgres://postgres@127.0.0.1:$PG_PORT/flashsale'
 export KAFKA_BOOTSTRAP='127.0.0.1:$KAFKA_PORT'
 export KAFKA_TLS_BOOTSTRAP='ssl://127.0.0.1:$KAFKA_TLS_PORT'
 export KAFKA_SASL_BOOTSTRAP='sasl_ssl://$KAFKA_SASL_USER:$KAFKA_SASL_PASSWORD@127.0.0.1:$KAFKA_SASL_PORT'
+# The same services behind toxiproxy (toxiproxy.sh), whose API at
+# TOXIPROXY_URL makes them slow for the slow-service faults.
+export TOXIPROXY_URL='http://127.0.0.1:$TOXIPROXY_PORT'
+export REDIS_PROXIED_URL='redis://127.0.0.1:$REDIS_PROXY_PORT'
+export KAFKA_PROXIED_BOOTSTRAP='127.0.0.1:$KAFKA_PROXY_PORT'
+export DATABASE_PROXIED_URL='postgres://postgres@127.0.0.1:$PG_PROXY_PORT/flashsale'
 export FLASHSALE_RUN='$RUN_DIR'
 # The CA of the services' TLS certificate (PostgreSQL, Redis and Kafka TLS ports).
 export FLASHSALE_SERVICES_CA='$SERVICES_CA'

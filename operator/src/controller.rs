@@ -132,6 +132,7 @@ async fn decide(
         meta,
         replicas: scaling.replicas,
         scaling_check: next_check(&spec, &scaling.memory),
+        recovery_grace: ctx.workload.purchase_budget.settled_after(),
     };
     let decided = plan(&fs.spec.timeline(), &wanted, &obs.observed);
     Ok((obs, scaling, decided))
@@ -497,10 +498,6 @@ pub async fn publish(
     }
 }
 
-/// Longer than the API's produce timeout: after the pause, no purchase can
-/// still add an order to the topic.
-const PRODUCE_GRACE: Duration = Duration::from_secs(5);
-
 /// On delete: stop intake, let the orders drain (however long it takes: the
 /// finalizer stays and the status says why), then remove the sale's Redis
 /// state and topics and mark its row deleted. Orders stay.
@@ -514,9 +511,8 @@ async fn cleanup_deleted(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeu
         .await
         .map_err(|e| failed(&e))?;
     if loaded > 0 {
-        let meta = config.meta(true, true, false);
         ctx.store
-            .write_meta(sale, config.shards, &meta)
+            .set_paused_everywhere(sale, config.shards, true)
             .await
             .map_err(|e| failed(&e))?;
     }
@@ -549,7 +545,8 @@ async fn cleanup_deleted(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeu
     // A purchase that passed the script just before the pause may still be
     // producing (at most the API's produce timeout): its order must be
     // counted in the lag before the lag can say "drained".
-    let in_flight = loaded > 0 && deleted_for < PRODUCE_GRACE;
+    // After the pause, no purchase accepted before can still produce.
+    let in_flight = loaded > 0 && deleted_for < ctx.workload.purchase_budget.settled_after();
     let waiting = match &lag {
         Err(e) => Some(format!(
             "The sale's lag cannot be read ({e}); its topic is kept until every order in it is persisted."

@@ -9,6 +9,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use flashsale_workload::bus::admin::Admin;
+use flashsale_workload::domain::budget::PurchaseBudget;
 use flashsale_workload::redis::RedisConn;
 use flashsale_workload::redis::store::SaleStore;
 use http::{Method, Request, Response};
@@ -52,7 +53,7 @@ fn context(leading: bool) -> (Arc<Context>, ApiHandle) {
             database_url: String::new(),
             kafka: String::new(),
             consumer_resources: ("100m".into(), "64Mi".into(), "128Mi".into()),
-            reservation_min_age: "5s".into(),
+            purchase_budget: PurchaseBudget::DEFAULT,
             services_ca: None,
         },
         lag_readers: Mutex::new(HashMap::new()),

@@ -15,6 +15,7 @@ use flashsale_operator::crd::FlashSale;
 use flashsale_operator::metrics::Metrics;
 use flashsale_operator::resources::WorkloadSettings;
 use flashsale_workload::bus::admin::{Admin, TopicDurability};
+use flashsale_workload::domain::budget::PurchaseBudget;
 use flashsale_workload::redis::store::SaleStore;
 use flashsale_workload::redis::{RedisConn, RedisTarget};
 use kube::api::ListParams;
@@ -75,9 +76,12 @@ struct Args {
     /// The topics' min.insync.replicas (2 with 3 replicas in production).
     #[arg(long, env = "FLASHSALE_TOPIC_MIN_INSYNC_REPLICAS", default_value_t = 1)]
     topic_min_insync_replicas: i32,
-    /// Reservations younger than this are never touched by reconciliation.
-    #[arg(long, env = "FLASHSALE_RESERVATION_MIN_AGE", default_value = "30s")]
-    reservation_min_age: String,
+    /// The API's purchase budget (the same setting as the API's: chart value
+    /// `purchaseBudget`): a lost Redis state is reloaded only longer than
+    /// this after it was fenced, and reconciliation Jobs leave younger
+    /// reservations alone.
+    #[arg(long, env = "FLASHSALE_PURCHASE_BUDGET", default_value = "5s")]
+    purchase_budget: PurchaseBudget,
     /// A private CA (PEM) that signed Redis's, PostgreSQL's or Kafka's
     /// certificate: every sale pod trusts it (the operator itself trusts
     /// it through `SSL_CERT_FILE`, as any pod does).
@@ -228,7 +232,7 @@ async fn main() -> anyhow::Result<()> {
                 args.consumer_memory.clone(),
                 args.consumer_memory_limit.clone(),
             ),
-            reservation_min_age: args.reservation_min_age.clone(),
+            purchase_budget: args.purchase_budget,
             services_ca: args
                 .services_ca_file
                 .as_ref()

@@ -92,6 +92,10 @@ pub struct Wanted {
     pub replicas: i32,
     /// Next scaling revisit (end of a stabilization window).
     pub scaling_check: Option<DateTime<Utc>>,
+    /// How long a fenced sale waits before it is reloaded from the database
+    /// (the API's purchase budget and the clocks' slack): no purchase that
+    /// reserved on the lost state can still produce after it.
+    pub recovery_grace: Duration,
 }
 
 /// A Job the operator runs.
@@ -254,12 +258,21 @@ fn stock_steps(wanted: i64, observed: &Observed) -> (Option<i64>, Vec<Action>, O
             });
         }
     }
+    let undoing = !actions.is_empty();
     match shrink {
         Some((generation, to)) => actions.push(Action::Shrink { to, generation }),
         None if wanted < row.stock => return (Some(row.stock), actions, refuse(sold)),
         None => {}
     }
-    (Some(wanted.max(row.stock)), actions, None)
+    // A restock takes the next generation, the one the shrink being undone
+    // holds: it waits until the withdrawal is given back, or a failed undo
+    // would leave those units off sale, under a generation Redis applied.
+    let stock = if undoing {
+        row.stock
+    } else {
+        wanted.max(row.stock)
+    };
+    (Some(stock), actions, None)
 }
 
 const HEARTBEAT: Duration = Duration::from_secs(60);
@@ -299,7 +312,11 @@ pub fn plan(timeline: &Timeline, wanted: &Wanted, observed: &Observed) -> Plan {
     let loaded_now = observed.redis.metas.iter().any(Option::is_some);
     let cleaned = observed.cleanup_job == Some(JobPhase::Succeeded) && !loaded_now;
     if lost {
-        actions.extend(recovery_steps(observed, ready_to_warm));
+        actions.extend(recovery_steps(
+            observed,
+            wanted.recovery_grace,
+            ready_to_warm,
+        ));
         actions.push(Action::ApplyConsumers {
             replicas: wanted.replicas,
         });
@@ -431,23 +448,19 @@ pub fn plan(timeline: &Timeline, wanted: &Wanted, observed: &Observed) -> Plan {
     }
 }
 
-/// Longer than the API's produce timeout: once the sale is fenced, no
-/// purchase accepted before can still add an order to its topic.
-const RECOVERY_GRACE: Duration = Duration::from_secs(5);
-
 /// Steps while the sale's Redis state is lost: fence it; once every order
 /// accepted before the loss is persisted (the topic drained, and no
 /// purchase still producing), replace the incarnation; then warm-up reloads
 /// Redis from the database alone and reopens the sale. Each step is
 /// idempotent and survives an operator restart half-way.
-fn recovery_steps(observed: &Observed, ready_to_warm: bool) -> Vec<Action> {
+fn recovery_steps(observed: &Observed, grace: Duration, ready_to_warm: bool) -> Vec<Action> {
     let life = observed.life;
     let Some(since) = life.lost_since else {
         return vec![Action::FenceLostState];
     };
     if life.opened {
         let fenced_for = (observed.now - since).to_std().unwrap_or_default();
-        let drained = observed.lag == Some(0) && fenced_for >= RECOVERY_GRACE;
+        let drained = observed.lag == Some(0) && fenced_for >= grace;
         return if drained {
             vec![Action::BeginRecovery]
         } else {
@@ -578,6 +591,7 @@ mod tests {
             meta: meta(false, false),
             replicas: 1,
             scaling_check: None,
+            recovery_grace: Duration::from_secs(6),
         }
     }
 
@@ -595,6 +609,7 @@ mod tests {
             stocks: vec![remaining],
             metas: vec![Some(meta(false, false))],
             incarnations: vec![Some(uuid::Uuid::nil().to_string())],
+            fenced: vec![false],
             stock_total: Some(100),
             generation: Some(1),
         }
@@ -605,6 +620,7 @@ mod tests {
             stocks: vec![0],
             metas: vec![None],
             incarnations: vec![None],
+            fenced: vec![false],
             stock_total: None,
             generation: None,
         }
@@ -897,6 +913,24 @@ mod tests {
                 generation: 2
             }]
         );
+        // Issue 33 #9: the spec raised the stock instead: the withdrawal is
+        // given back first; the restock (the next generation, the shrink's
+        // own) waits for the next pass.
+        let p = plan(
+            &timeline(),
+            &Wanted {
+                stock: 150,
+                ..wanted()
+            },
+            &half_way,
+        );
+        assert_eq!(
+            steps(&p),
+            vec![Action::UndoShrink {
+                generation: 2,
+                to: 50
+            }]
+        );
         // Redis recorded a shrink the row never got: the row catches up.
         let mut recorded = observed(START + 5);
         recorded.redis.stock_total = Some(50);
@@ -1080,6 +1114,42 @@ mod tests {
             ..observed(0)
         };
         assert_eq!(accepted_units(&cold), 7);
+    }
+
+    /// Issue 33 #4: a fence that landed after warm.lua loaded the new
+    /// incarnation and before the sale was recorded open (the reopening
+    /// cleared the record of the loss): the shards still say lost, so the
+    /// sale is fenced and recovered again, never left Live selling nothing.
+    #[test]
+    fn a_fence_the_reopening_cleared_is_noticed_in_the_shards() {
+        let mut reopened = observed(START + 5);
+        reopened.life.opened = true;
+        reopened.redis.fenced = vec![true];
+        let p = plan(&timeline(), &wanted(), &reopened);
+        assert_eq!(steps(&p), vec![Action::FenceLostState]);
+    }
+
+    /// Issue 33 #3: the recovery waits the grace derived from the API's
+    /// purchase budget, whatever it is, before reloading.
+    #[test]
+    fn recovery_waits_the_grace_of_the_purchase_budget() {
+        let mut fenced = observed(START + 10);
+        fenced.life.opened = true;
+        fenced.life.lost_since = Some(t(START + 4));
+        fenced.lag = Some(0);
+        for (grace, expected) in [
+            (Duration::from_secs(2), vec![Action::BeginRecovery]),
+            (Duration::from_secs(6), vec![Action::BeginRecovery]),
+            (Duration::from_secs(7), vec![]),
+            (Duration::from_secs(61), vec![]),
+        ] {
+            let wanted = Wanted {
+                recovery_grace: grace,
+                ..wanted()
+            };
+            let p = plan(&timeline(), &wanted, &fenced);
+            assert_eq!(steps(&p), expected, "grace {grace:?}");
+        }
     }
 
     #[test]

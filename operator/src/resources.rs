@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use flashsale_workload::domain::budget::PurchaseBudget;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
@@ -54,8 +55,9 @@ pub struct WorkloadSettings {
     pub kafka: String,
     /// Consumer container requests and limits: (cpu request, memory request, memory limit).
     pub consumer_resources: (String, String, String),
-    /// The reconcile job's minimum reservation age (the API's produce timeout at least).
-    pub reservation_min_age: String,
+    /// The API's purchase budget: the reconcile Jobs leave reservations
+    /// younger than it (and the clocks' slack) alone.
+    pub purchase_budget: PurchaseBudget,
     /// The PEM of a private CA the services' certificates are signed by:
     /// the pods trust it (as `SSL_CERT_FILE`). None: public CAs only.
     pub services_ca: Option<String>,
@@ -349,8 +351,8 @@ pub fn job(fs: &FlashSale, settings: &WorkloadSettings, kind: JobKind) -> Job {
     container.resources = Some(resources("50m", "64Mi", "1", "256Mi"));
     if let Some(env) = container.env.as_mut() {
         env.push(EnvVar {
-            name: "FLASHSALE_RESERVATION_MIN_AGE".into(),
-            value: Some(settings.reservation_min_age.clone()),
+            name: "FLASHSALE_PURCHASE_BUDGET".into(),
+            value: Some(humantime::format_duration(settings.purchase_budget.total()).to_string()),
             value_from: None,
         });
     }
@@ -405,7 +407,7 @@ mod tests {
             database_url: "postgres://postgres@198.18.0.1:15432/flashsale".into(),
             kafka: "198.18.0.1:19094".into(),
             consumer_resources: ("100m".into(), "64Mi".into(), "256Mi".into()),
-            reservation_min_age: "30s".into(),
+            purchase_budget: PurchaseBudget::DEFAULT,
             services_ca: None,
         }
     }
@@ -516,7 +518,8 @@ mod tests {
             let env = pod.containers[0].env.clone().unwrap();
             assert!(
                 env.iter()
-                    .any(|e| e.name == "FLASHSALE_RESERVATION_MIN_AGE")
+                    .any(|e| e.name == "FLASHSALE_PURCHASE_BUDGET"
+                        && e.value.as_deref() == Some("5s"))
             );
         }
         assert_eq!(

@@ -78,7 +78,7 @@ async fn buy(store: &SaleStore, sale: &SaleRef, shopper: &str, quantity: i64) ->
     let home = flashsale_workload::domain::shard::home_shard(shopper, 2);
     let id = uuid::Uuid::now_v7().to_string();
     store
-        .purchase(sale, home, shopper, quantity, &id, None)
+        .purchase(sale, home, shopper, quantity, &id, None, None)
         .await
         .unwrap()
 }
@@ -232,7 +232,7 @@ async fn a_shrink_of_a_sharded_sale_never_oversells() {
         .unwrap();
     let id = uuid::Uuid::now_v7().to_string();
     let decision = store
-        .purchase(&sale, 0, &home0, 20, &id, None)
+        .purchase(&sale, 0, &home0, 20, &id, None, None)
         .await
         .unwrap();
     assert!(

@@ -68,6 +68,7 @@ async fn produce(sale: &SaleRef, n: usize, mut on_sent: impl FnMut(usize)) {
         shard: 0,
         accepted_at_ms: 0,
         idempotency_key: None,
+        purchase_token: None,
     }
     .to_payload();
     let mut sent = 0;

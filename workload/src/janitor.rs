@@ -13,9 +13,10 @@ use futures::future::join_all;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::bus::lag::{GroupLag, LagReader};
-use crate::bus::topics;
+use crate::bus::lag::GroupLag;
+use crate::bus::sale_lag::SaleLags;
 use crate::catalog::{Catalog, SaleView};
+use crate::domain::budget::PurchaseBudget;
 use crate::domain::purchase::ReservationState;
 use crate::domain::sale::SaleRef;
 use crate::orders::order::{StockReturn, forget_stock_returns, pending_stock_returns};
@@ -26,8 +27,6 @@ pub const EVERY: Duration = Duration::from_millis(500);
 /// A transfer not credited this long after it left its donor was abandoned
 /// (the API credits right after taking; this is far beyond a round trip).
 const TRANSFER_STALE_MS: i64 = 1_000;
-/// Slack on top of the produce timeout for the clocks of the API and Redis.
-const CLOCK_SLACK_MS: i64 = 500;
 /// A stock return the API did not hand to Redis within this is retried.
 const RETURN_STALE: Duration = Duration::from_secs(1);
 
@@ -37,19 +36,17 @@ struct Reading {
     latest: Vec<i64>,
 }
 
-/// A sale's lag reader and its last reading.
-type LagWatch = (Arc<LagReader>, Option<Reading>);
-
 /// The janitor of one API process.
 pub struct Janitor {
     catalog: Arc<Catalog>,
     store: SaleStore,
     db: PgPool,
-    bootstrap: String,
-    /// The API's produce timeout: by then an acknowledged order's message is
-    /// in its topic.
-    produce_timeout_ms: i64,
-    lag: std::sync::Mutex<HashMap<Uuid, LagWatch>>,
+    lags: Arc<SaleLags>,
+    /// Past this age an unacknowledged reservation's purchase has answered
+    /// or given up (the purchase budget and the clocks' slack).
+    abandoned_after_ms: i64,
+    /// Each sale's last lag reading.
+    readings: std::sync::Mutex<HashMap<Uuid, Reading>>,
 }
 
 impl Janitor {
@@ -58,16 +55,16 @@ impl Janitor {
         catalog: Arc<Catalog>,
         store: SaleStore,
         db: PgPool,
-        bootstrap: &str,
-        produce_timeout: Duration,
+        lags: Arc<SaleLags>,
+        budget: PurchaseBudget,
     ) -> Self {
         Self {
             catalog,
             store,
             db,
-            bootstrap: bootstrap.to_string(),
-            produce_timeout_ms: produce_timeout.as_millis() as i64,
-            lag: Default::default(),
+            lags,
+            abandoned_after_ms: budget.settled_after().as_millis() as i64,
+            readings: Default::default(),
         }
     }
 
@@ -113,7 +110,7 @@ impl Janitor {
     async fn sweep_sale(&self, view: &SaleView) -> Result<(), StoreError> {
         let sale = &view.config.sale;
         let shards = view.config.shards;
-        let reservation_age = self.produce_timeout_ms + CLOCK_SLACK_MS;
+        let reservation_age = self.abandoned_after_ms;
         let found = join_all((0..shards).map(|shard| async move {
             for (id, to, amount) in self
                 .store
@@ -179,29 +176,20 @@ impl Janitor {
     /// group has no lag; else the previous reading's instant, when the group
     /// has since committed past everything that was in the topic then.
     async fn drained_since(&self, view: &SaleView, now_ms: i64) -> Option<i64> {
-        let reader = {
-            let mut readers = self.lag.lock().unwrap_or_else(|p| p.into_inner());
-            match readers.get(&view.config.id) {
-                Some((reader, _)) => reader.clone(),
-                None => {
-                    let group = topics::consumer_group(&view.config.sale);
-                    let reader = Arc::new(LagReader::new(&self.bootstrap, &group).ok()?);
-                    readers.insert(view.config.id, (reader.clone(), None));
-                    reader
-                }
-            }
-        };
-        let lag = reader
-            .read(&topics::orders_topic(&view.config.sale))
+        let lag = self
+            .lags
+            .read(view.config.id, &view.config.sale)
             .await
             .ok()?;
-        let mut readers = self.lag.lock().unwrap_or_else(|p| p.into_inner());
-        let (_, previous) = readers.get_mut(&view.config.id)?;
-        let since = drained_since(&lag, now_ms, previous.as_ref());
-        *previous = Some(Reading {
-            at_ms: now_ms,
-            latest: lag.partitions.iter().map(|p| p.latest).collect(),
-        });
+        let mut readings = self.readings.lock().unwrap_or_else(|p| p.into_inner());
+        let since = drained_since(&lag, now_ms, readings.get(&view.config.id));
+        readings.insert(
+            view.config.id,
+            Reading {
+                at_ms: now_ms,
+                latest: lag.partitions.iter().map(|p| p.latest).collect(),
+            },
+        );
         since
     }
 }

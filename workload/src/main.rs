@@ -16,6 +16,7 @@ use flashsale_workload::api::server::{ApiConfig, serve, shutdown_signal};
 use flashsale_workload::api::transport::TransportLimits;
 use flashsale_workload::bus::producer::ProducerSettings;
 use flashsale_workload::consumer::{ConsumerSettings, Supervisor, run_all_sales};
+use flashsale_workload::domain::budget::PurchaseBudget;
 use flashsale_workload::domain::invariants;
 use flashsale_workload::domain::reconcile::Policy;
 use flashsale_workload::domain::sale::{SaleConfig, SaleRef};
@@ -98,10 +99,11 @@ struct JobArgs {
     name: SaleName,
     #[command(flatten)]
     services: Services,
-    /// Reservations younger than this may still have a message in flight and
-    /// are never touched (at least the API's produce timeout).
-    #[arg(long, env = "FLASHSALE_RESERVATION_MIN_AGE", default_value = "30s", value_parser = humantime::parse_duration)]
-    reservation_min_age: Duration,
+    /// The API's purchase budget (chart value `purchaseBudget`): a
+    /// reservation younger than the time it takes to settle may still have
+    /// its message in flight and is never touched.
+    #[arg(long, env = "FLASHSALE_PURCHASE_BUDGET", default_value = "5s")]
+    purchase_budget: PurchaseBudget,
     /// How long cleanup waits for the sale's orders to drain.
     #[arg(long, env = "FLASHSALE_DRAIN_TIMEOUT", default_value = "10m", value_parser = humantime::parse_duration)]
     drain_timeout: Duration,
@@ -297,10 +299,13 @@ struct ApiArgs {
     /// of anyone else is ignored.
     #[arg(long, env = "FLASHSALE_TRUSTED_PROXIES", default_value = "")]
     trusted_proxies: TrustedProxies,
-    /// How long an order may wait for Kafka's acknowledgement before the
-    /// purchase is refused and its stock released.
-    #[arg(long, env = "FLASHSALE_PRODUCE_TIMEOUT", default_value = "3s", value_parser = humantime::parse_duration)]
-    produce_timeout: Duration,
+    /// How long one purchase may take, its Redis calls and the broker's
+    /// acknowledgement included: past it the purchase is refused and its
+    /// stock released. The janitor and the operator's recovery wait longer
+    /// than this (give the operator the same value: chart value
+    /// `purchaseBudget`).
+    #[arg(long, env = "FLASHSALE_PURCHASE_BUDGET", default_value = "5s")]
+    purchase_budget: PurchaseBudget,
     /// How long the producer waits to fill a batch.
     #[arg(long, env = "FLASHSALE_PRODUCE_LINGER", default_value = "0ms", value_parser = humantime::parse_duration)]
     produce_linger: Duration,
@@ -358,7 +363,7 @@ impl ApiArgs {
                 per_ip_per_sec: self.rate_limit_ip,
             },
             producer: ProducerSettings {
-                timeout: self.produce_timeout,
+                budget: self.purchase_budget,
                 linger: self.produce_linger,
                 debug: self.kafka_debug,
             },
@@ -402,7 +407,7 @@ async fn run_job(args: JobArgs) -> anyhow::Result<()> {
         bootstrap: args.services.kafka.clone(),
     };
     let policy = Policy {
-        reservation_min_age_ms: args.reservation_min_age.as_millis() as i64,
+        reservation_min_age_ms: args.purchase_budget.settled_after().as_millis() as i64,
         ..Policy::default()
     };
     let report = match args.job {

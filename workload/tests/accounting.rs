@@ -21,7 +21,7 @@ async fn reserve(store: &SaleStore, config: &SaleConfig, shopper: &str, quantity
     let shard = flashsale_workload::domain::shard::home_shard(shopper, config.shards);
     let id = uuid::Uuid::now_v7().to_string();
     let decision = store
-        .purchase(&config.sale, shard, shopper, quantity, &id, None)
+        .purchase(&config.sale, shard, shopper, quantity, &id, None, None)
         .await
         .unwrap();
     assert!(
@@ -270,6 +270,7 @@ async fn a_failed_order_persisted_by_another_consumer_keeps_its_units() {
         shard: 0,
         accepted_at: chrono::Utc::now(),
         idempotency_key: None,
+        purchase_token: None,
     };
     // Another consumer (before a rebalance) persisted it.
     let mut tx = live.db.begin().await.unwrap();
@@ -307,6 +308,7 @@ async fn a_redelivered_batch_counts_only_its_new_orders() {
         shard: 0,
         accepted_at: chrono::Utc::now(),
         idempotency_key: None,
+        purchase_token: None,
     };
     let (a, b, c) = (order("ann", 2), order("bob", 1), order("ann", 3));
     let (db, sale_id) = (&live.db, live.config.id);

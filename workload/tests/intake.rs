@@ -13,6 +13,7 @@ use common::{
 };
 use flashsale_testkit as stack;
 use flashsale_workload::api::jwks::JwksSource;
+use flashsale_workload::domain::budget::PurchaseBudget;
 use flashsale_workload::domain::sale::SaleConfig;
 use flashsale_workload::redis::RedisTarget;
 use flashsale_workload::redis::store::SaleStore;
@@ -232,7 +233,7 @@ async fn every_refusal_code_comes_from_a_real_request() {
         .unwrap();
     let dead_kafka_api = TestApi::start(ApiOptions {
         kafka: "127.0.0.1:1".into(),
-        produce_timeout: Duration::from_millis(500),
+        purchase_budget: PurchaseBudget::new(Duration::from_millis(500)).unwrap(),
         ..ApiOptions::new(&namespace, target.clone(), &db)
     })
     .await;

@@ -200,7 +200,7 @@ async fn poison_messages_go_to_the_dead_letter_topic_and_units_come_back() {
     let order_id = Uuid::now_v7();
     let decision = live
         .store
-        .purchase(sale, 0, "mallory", 3, &order_id.to_string(), None)
+        .purchase(sale, 0, "mallory", 3, &order_id.to_string(), None, None)
         .await
         .unwrap();
     assert!(matches!(decision, ShardDecision::Accepted { .. }));
@@ -214,6 +214,7 @@ async fn poison_messages_go_to_the_dead_letter_topic_and_units_come_back() {
         shard: 0,
         accepted_at_ms: 0,
         idempotency_key: None,
+        purchase_token: None,
     };
     let producer: FutureProducer = client_config(&stack::kafka_bootstrap()).create().unwrap();
     let topic = topics::orders_topic(sale);

@@ -170,6 +170,7 @@ pub struct HalfRate {
 fn merge_told(told: &mut Told, other: Told) {
     told.accepted.extend(other.accepted);
     told.unanswered += other.unanswered;
+    told.in_doubt.extend(other.in_doubt);
     told.sold_out_seen |= other.sold_out_seen;
 }
 

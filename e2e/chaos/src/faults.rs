@@ -31,6 +31,15 @@ pub enum Kind {
     PostgresRestart,
     /// Packets to PostgreSQL's port dropped for 5 s (iptables).
     PostgresUnreachable,
+    /// Redis's replies delayed past the purchase's reply timeout (2.2-3 s)
+    /// for 4 s (toxiproxy, in front of the run's processes).
+    RedisSlow,
+    /// The broker takes 1.5-4 s to accept each request (toxiproxy): orders
+    /// are acknowledged late, some after their purchase gave up.
+    KafkaSlow,
+    /// PostgreSQL 300-800 ms away for 6 s (toxiproxy, both ways): batches
+    /// crawl, consumers lag, backpressure.
+    PostgresSlow,
     /// The shopper API process SIGKILLed and started again.
     ApiKill,
     /// A consumer process SIGKILLed mid-batch and started again.
@@ -49,7 +58,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in report order.
-    pub const ALL: [Kind; 15] = [
+    pub const ALL: [Kind; 18] = [
         Kind::RedisRestart,
         Kind::RedisFailover,
         Kind::RedisWipe,
@@ -58,6 +67,9 @@ impl Kind {
         Kind::KafkaUnreachable,
         Kind::PostgresRestart,
         Kind::PostgresUnreachable,
+        Kind::RedisSlow,
+        Kind::KafkaSlow,
+        Kind::PostgresSlow,
         Kind::ApiKill,
         Kind::ConsumerKill,
         Kind::OperatorKill,
@@ -78,6 +90,19 @@ impl Kind {
     /// Whether the sale runs on the Redis Cluster (else on the node).
     pub fn on_cluster(self) -> bool {
         matches!(self, Kind::RedisFailover | Kind::RedisWipe)
+    }
+
+    /// The toxiproxy proxies the run's processes reach this kind's slowed
+    /// service through (`e2e/stack/toxiproxy.sh`): (proxy, its streams).
+    pub fn slowed(self) -> Option<(&'static [&'static str], &'static [&'static str])> {
+        match self {
+            Kind::RedisSlow => Some((&["redis"], &["downstream"])),
+            Kind::KafkaSlow => Some((&["kafka"], &["upstream"])),
+            Kind::PostgresSlow => {
+                Some((&["postgres", "postgres-pods"], &["upstream", "downstream"]))
+            }
+            _ => None,
+        }
     }
 }
 
@@ -158,6 +183,9 @@ pub async fn terminated() -> (&'static str, i32) {
 /// Only one runner acts on the stack at a time, so all of them are stale.
 pub fn remove_leftovers() {
     remove_rules();
+    if let Err(e) = stack::Toxic::reset() {
+        eprintln!("chaos: toxiproxy's toxics not reset: {e}");
+    }
     let _ = Command::new("pkill")
         .args([
             "-KILL",
@@ -418,6 +446,23 @@ pub fn postgres_crash() -> Injected {
     guard
 }
 
+/// `proxies`' `streams` delayed by `latency_ms` (toxiproxy's latency toxic)
+/// until the guard goes; a runner killed meanwhile leaves them to
+/// [`remove_leftovers`].
+pub fn slow(proxies: &[&str], streams: &[&str], latency_ms: u64) -> Injected {
+    let attributes = format!(r#"{{"latency": {latency_ms}}}"#);
+    let toxics: Vec<stack::Toxic> = proxies
+        .iter()
+        .flat_map(|proxy| {
+            streams
+                .iter()
+                .map(|stream| stack::Toxic::add(proxy, "latency", stream, &attributes))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    Injected::register(move || drop(toxics))
+}
+
 /// The broker's client ports (host and pods).
 pub const KAFKA_PORTS: [u16; 2] = [19092, 19094];
 /// PostgreSQL's port.
@@ -431,7 +476,7 @@ mod tests {
     fn kinds_have_names_and_one_runs_on_the_cluster() {
         let names: Vec<String> = Kind::ALL.iter().map(|k| k.name()).collect();
         assert_eq!(names[0], "redis-restart");
-        assert_eq!(names.len(), 15);
+        assert_eq!(names.len(), 18);
         assert_eq!(Kind::ALL.iter().filter(|k| k.on_cluster()).count(), 2);
     }
 

@@ -12,7 +12,7 @@ use chrono::Utc;
 use flashsale_operator::crd::FlashSale;
 use flashsale_testkit as stack;
 use flashsale_testkit::procs::{Proc, wait_http};
-use flashsale_workload::domain::invariants::evaluate;
+use flashsale_workload::domain::invariants::{evaluate, lost_orders};
 use flashsale_workload::domain::sale::SaleRef;
 use flashsale_workload::load::evidence::{Told as CheckerTold, gather};
 use flashsale_workload::redis::keys::ShardKeys;
@@ -95,6 +95,17 @@ fn pod_url(url: &str) -> String {
     url.replace("127.0.0.1", "198.18.0.1")
 }
 
+/// The run's database behind toxiproxy: the proxy's port, the same name.
+fn proxied_database(db_url: &str) -> String {
+    let (_, name) = db_url.rsplit_once('/').unwrap_or((db_url, ""));
+    format!(
+        "{}/{name}",
+        stack::database_proxied_url()
+            .rsplit_once('/')
+            .map_or("", |(s, _)| s)
+    )
+}
+
 impl Processes {
     fn command(&self, program: &str) -> Command {
         let mut c = Command::new(debug_bin(program));
@@ -109,7 +120,6 @@ impl Processes {
         c.args(["--watch-namespace", &self.namespace, "--migrate"])
             .args(["--listen", "127.0.0.1:0", "--lease-seconds", "6"])
             .args(["--lease-namespace", &self.namespace, "--identity", identity])
-            .env("FLASHSALE_RESERVATION_MIN_AGE", "5s")
             .env("RUST_LOG", "info,kube=warn");
         let proc = Proc::start(&self.dir.join(format!("operator-{identity}.log")), c)?;
         self.operators.retain(|(i, _)| i != identity);
@@ -209,11 +219,32 @@ async fn run_inner(
             .port())
     };
     let (api_port, api_internal_port) = (free_port()?, free_port()?);
+    // A slowed service is reached through toxiproxy by every process of the
+    // run (the pods too, for PostgreSQL); the checks at the end go direct.
+    let slowed = |service: &str| kind.slowed().is_some_and(|(p, _)| p[0] == service);
+    let (redis_at, kafka_at, db_at) = (
+        if slowed("redis") {
+            stack::redis_proxied_url()
+        } else {
+            redis.clone()
+        },
+        if slowed("kafka") {
+            stack::kafka_proxied_bootstrap()
+        } else {
+            stack::kafka_bootstrap()
+        },
+        if slowed("postgres") {
+            proxied_database(&db_url)
+        } else {
+            db_url.clone()
+        },
+    );
     let env = vec![
-        ("FLASHSALE_REDIS".to_string(), redis.clone()),
-        ("DATABASE_URL".into(), db_url.clone()),
+        ("FLASHSALE_REDIS".to_string(), redis_at.clone()),
+        ("KAFKA_BOOTSTRAP".into(), kafka_at),
+        ("DATABASE_URL".into(), db_at.clone()),
         ("FLASHSALE_POD_REDIS".into(), pod_url(&redis)),
-        ("FLASHSALE_POD_DATABASE_URL".into(), pod_url(&db_url)),
+        ("FLASHSALE_POD_DATABASE_URL".into(), pod_url(&db_at)),
         ("FLASHSALE_POD_KAFKA".into(), "198.18.0.1:19094".into()),
         (
             "FLASHSALE_WORKLOAD_IMAGE".into(),
@@ -280,10 +311,21 @@ async fn run_inner(
     let hold = Duration::from_millis(match kind {
         Kind::RedisPause => rng.random_range(2000..5000),
         Kind::KafkaUnreachable | Kind::PostgresUnreachable => 5000,
+        Kind::RedisSlow => 4000,
+        Kind::KafkaSlow => 5000,
+        Kind::PostgresSlow => 6000,
         Kind::PauseResume => 2000,
         Kind::RedisFailover => 4000,
         _ => 0,
     });
+
+    // How slow a slowed service is.
+    let latency_ms = match kind {
+        Kind::RedisSlow => rng.random_range(2200..3000),
+        Kind::KafkaSlow => rng.random_range(1500..4000),
+        Kind::PostgresSlow => rng.random_range(300..800),
+        _ => 0,
+    };
 
     let storm_until = std::time::Instant::now()
         + (end - Utc::now()).to_std().unwrap_or_default()
@@ -301,7 +343,7 @@ async fn run_inner(
     result
         .timeline
         .push((at(t0), format!("inject {}", kind.name())));
-    let injected = inject(kind, &mut procs, &sales, &sale, size, end).await?;
+    let injected = inject(kind, &mut procs, &sales, &sale, size, end, latency_ms).await?;
     tokio::time::sleep(hold).await;
     drop(injected);
     result
@@ -395,6 +437,7 @@ async fn sleep_until(t: chrono::DateTime<Utc>) {
 }
 
 /// Makes the fault.
+#[allow(clippy::too_many_arguments)]
 async fn inject(
     kind: Kind,
     procs: &mut Processes,
@@ -402,6 +445,7 @@ async fn inject(
     sale: &SaleRef,
     size: Size,
     end: chrono::DateTime<Utc>,
+    latency_ms: u64,
 ) -> anyhow::Result<Injected> {
     let patch = |spec: serde_json::Value| async move {
         sales
@@ -422,6 +466,10 @@ async fn inject(
         Kind::KafkaUnreachable => faults::unreachable(&faults::KAFKA_PORTS),
         Kind::PostgresRestart => faults::postgres_crash(),
         Kind::PostgresUnreachable => faults::unreachable(&faults::POSTGRES_PORTS),
+        Kind::RedisSlow | Kind::KafkaSlow | Kind::PostgresSlow => {
+            let (proxies, streams) = kind.slowed().unwrap_or_default();
+            faults::slow(proxies, streams, latency_ms)
+        }
         Kind::ApiKill => {
             if let Some(api) = procs.api.as_mut() {
                 api.kill();
@@ -566,6 +614,7 @@ async fn check(
         accepted: told.accepted.clone(),
         sold_out_seen: told.sold_out_seen,
         unanswered: told.undecided,
+        in_doubt: told.in_doubt.clone(),
     };
     let evidence = gather(
         &db,
@@ -581,11 +630,7 @@ async fn check(
         .iter()
         .map(|v| (v.id.to_string(), v.holds, v.detail.clone()))
         .collect();
-    result.orders_lost = told
-        .accepted
-        .keys()
-        .filter(|id| !evidence.orders.contains_key(*id) && !evidence.released.contains(*id))
-        .count();
+    result.orders_lost = lost_orders(&evidence).len();
     let live: i64 = evidence
         .orders
         .values()

@@ -24,6 +24,9 @@ pub struct Told {
     pub ended_at: f64,
     /// Whether any shopper heard SOLD_OUT.
     pub sold_out_seen: bool,
+    /// Orders answered `OUTCOME_UNKNOWN` (their shoppers retry): each may
+    /// or may not stand.
+    pub in_doubt: std::collections::BTreeSet<String>,
 }
 
 impl Told {
@@ -143,6 +146,11 @@ async fn shopper(
             None => "error".to_string(),
         };
         *t.answers.entry(label.trim().to_string()).or_default() += 1;
+        if body["code"] == "OUTCOME_UNKNOWN"
+            && let Some(id) = body["orderId"].as_str()
+        {
+            t.in_doubt.insert(id.to_string());
+        }
         if status == Some(202) {
             let id = body["orderId"].as_str().unwrap_or_default().to_string();
             t.accepted.insert(id, (who, quantity));

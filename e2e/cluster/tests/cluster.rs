@@ -150,8 +150,6 @@ async fn a_sale_on_the_cluster_survives_pod_kills_and_keeps_every_invariant() {
             "--set",
             &format!("operator.watchNamespace={ns}"),
             "--set",
-            "operator.reservationMinAge=10s",
-            "--set",
             "operator.leaseSeconds=6",
             // The CRD is the stack's, applied above: owned by no release.
             "--set",

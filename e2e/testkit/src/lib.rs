@@ -101,6 +101,89 @@ pub fn kafka_bootstrap() -> String {
     var("KAFKA_BOOTSTRAP")
 }
 
+/// Redis through toxiproxy (`e2e/stack/toxiproxy.sh`), which [`Toxic`] slows.
+pub fn redis_proxied_url() -> String {
+    var("REDIS_PROXIED_URL")
+}
+
+/// Kafka through toxiproxy: every connection of a client bootstrapped here
+/// stays behind the proxy.
+pub fn kafka_proxied_bootstrap() -> String {
+    var("KAFKA_PROXIED_BOOTSTRAP")
+}
+
+/// PostgreSQL through toxiproxy.
+pub fn database_proxied_url() -> String {
+    var("DATABASE_PROXIED_URL")
+}
+
+/// A fault set on one of the stack's toxiproxy proxies (`redis`, `kafka`,
+/// `postgres`): a real TCP proxy between the parts delays, stalls or cuts
+/// what passes. Removed when dropped, panics included; [`Toxic::reset`]
+/// removes every one (a run that was killed may have left some).
+pub struct Toxic {
+    proxy: String,
+    name: String,
+}
+
+impl Toxic {
+    /// Adds a toxic of `kind` (`latency`, `timeout`, `bandwidth`,
+    /// `slow_close`, ...) to `stream` of `proxy` (`upstream`: towards the
+    /// service; `downstream`: its replies) with its `attributes`, a JSON
+    /// object (e.g. `{"latency": 2500}` in ms). Panics when toxiproxy
+    /// refuses it: the fault would silently not be there.
+    pub fn add(proxy: &str, kind: &str, stream: &str, attributes: &str) -> Self {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "{kind}-{stream}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let body = format!(
+            r#"{{"name": "{name}", "type": "{kind}", "stream": "{stream}", "toxicity": 1.0, "attributes": {attributes}}}"#
+        );
+        toxiproxy(
+            &["-X", "POST", "-d", &body],
+            &format!("/proxies/{proxy}/toxics"),
+        )
+        .unwrap_or_else(|e| panic!("toxiproxy refused {body} on {proxy}: {e}; {START_HINT}"));
+        Self {
+            proxy: proxy.to_string(),
+            name,
+        }
+    }
+
+    /// Removes every toxic of every proxy.
+    pub fn reset() -> Result<(), String> {
+        toxiproxy(&["-X", "POST"], "/reset")
+    }
+}
+
+impl Drop for Toxic {
+    fn drop(&mut self) {
+        let path = format!("/proxies/{}/toxics/{}", self.proxy, self.name);
+        if let Err(e) = toxiproxy(&["-X", "DELETE"], &path) {
+            eprintln!("toxic {} not removed: {e}", self.name);
+        }
+    }
+}
+
+/// One call of toxiproxy's HTTP API (curl: a drop must not need a runtime).
+fn toxiproxy(args: &[&str], path: &str) -> Result<(), String> {
+    let out = std::process::Command::new("curl")
+        .args(["-fsS", "--max-time", "5"])
+        .args(args)
+        .arg(format!("{}{path}", var("TOXIPROXY_URL")))
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
 /// The CA that signed the services' TLS certificate (PostgreSQL, and the
 /// TLS ports of Redis and Kafka).
 pub fn services_ca() -> PathBuf {

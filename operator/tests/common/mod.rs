@@ -281,7 +281,6 @@ impl Operator {
             .env("FLASHSALE_POD_DATABASE_URL", pod_url(database_url))
             .env("FLASHSALE_POD_KAFKA", "198.18.0.1:19094")
             .env("FLASHSALE_WORKLOAD_IMAGE", image)
-            .env("FLASHSALE_RESERVATION_MIN_AGE", "5s")
             .env("RUST_LOG", "info,kube=warn")
             .spawn()
             .expect("the flashsale-operator binary starts");

@@ -10,11 +10,15 @@ use crate::intake::Refusal;
 
 /// The body of every refusal.
 #[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct ErrorBody {
     /// Machine-readable reason, e.g. `SOLD_OUT`.
     pub code: &'static str,
     /// What happened, for people.
     pub message: String,
+    /// With `OUTCOME_UNKNOWN`: the order whose outcome is not known yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub order_id: Option<uuid::Uuid>,
 }
 
 /// A refusal on its way to the shopper.
@@ -24,6 +28,7 @@ pub struct ApiError {
     code: &'static str,
     message: String,
     retry_after_secs: Option<u64>,
+    order_id: Option<uuid::Uuid>,
 }
 
 impl ApiError {
@@ -33,6 +38,7 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after_secs: None,
+            order_id: None,
         }
     }
 
@@ -174,6 +180,18 @@ impl From<Refusal> for ApiError {
             Refusal::StateLost => Self::unavailable(
                 "the sale's working state is being recovered; nothing was reserved",
             ),
+            Refusal::TokenUsed => {
+                Self::token_invalid("the purchase token was already used; fetch a new one")
+            }
+            Refusal::OutcomeUnknown { order_id } => Self {
+                order_id: Some(order_id),
+                ..Self::new(
+                    S::SERVICE_UNAVAILABLE,
+                    "OUTCOME_UNKNOWN",
+                    "the order's outcome is not known yet: retry with the same Idempotency-Key, or follow orderId",
+                )
+                .retry_after(1)
+            },
         }
     }
 }
@@ -183,6 +201,7 @@ impl IntoResponse for ApiError {
         let body = ErrorBody {
             code: self.code,
             message: self.message,
+            order_id: self.order_id,
         };
         let mut response = (self.status, axum::Json(body)).into_response();
         if let Some(secs) = self.retry_after_secs {
@@ -210,6 +229,15 @@ mod tests {
             (Refusal::Busy, 503, "BUSY", true),
             (Refusal::Unavailable, 503, "UNAVAILABLE", true),
             (Refusal::StateLost, 503, "UNAVAILABLE", true),
+            (Refusal::TokenUsed, 403, "TOKEN_INVALID", false),
+            (
+                Refusal::OutcomeUnknown {
+                    order_id: uuid::Uuid::nil(),
+                },
+                503,
+                "OUTCOME_UNKNOWN",
+                true,
+            ),
         ];
         for (refusal, status, code, retry_after) in cases {
             let response = ApiError::from(refusal).into_response();

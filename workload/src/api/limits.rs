@@ -1,5 +1,7 @@
 //! Rate limits (GCRA, from `governor`): one for the whole process, one per
-//! shopper and one per client IP. A refusal says when to retry.
+//! shopper and one per client IP. A refusal says when to retry. The keyed
+//! limits are charged first and the process-wide one last, so a client over
+//! its own limit never spends everyone's budget.
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
@@ -53,16 +55,10 @@ impl Limits {
         }
     }
 
-    /// Counts a request from `ip` against the global and per-IP limits.
+    /// Counts a request from `ip` against the per-IP limit; a route that
+    /// knows its shopper then calls [`Limits::check_shopper`], any other
+    /// [`Limits::check_anonymous`] instead.
     pub fn check_client(&self, ip: IpAddr) -> Result<(), ApiError> {
-        if let Some(global) = &self.global {
-            global.check().map_err(|not_until| {
-                ApiError::rate_limited(
-                    "overall",
-                    retry_after_secs(not_until.wait_time_from(self.clock.now())),
-                )
-            })?;
-        }
         if let Some(limiter) = &self.ip {
             limiter.check_key(&ip).map_err(|not_until| {
                 ApiError::rate_limited(
@@ -74,7 +70,8 @@ impl Limits {
         Ok(())
     }
 
-    /// Counts a request of `shopper` against the per-shopper limit.
+    /// Counts a request of `shopper` against the per-shopper limit, then
+    /// the process-wide one.
     pub fn check_shopper(&self, shopper: &str) -> Result<(), ApiError> {
         if let Some(limiter) = &self.shopper {
             limiter
@@ -85,6 +82,25 @@ impl Limits {
                         retry_after_secs(not_until.wait_time_from(self.clock.now())),
                     )
                 })?;
+        }
+        self.check_overall()
+    }
+
+    /// Counts a request without a shopper from `ip` against the per-IP
+    /// limit, then the process-wide one.
+    pub fn check_anonymous(&self, ip: IpAddr) -> Result<(), ApiError> {
+        self.check_client(ip)?;
+        self.check_overall()
+    }
+
+    fn check_overall(&self) -> Result<(), ApiError> {
+        if let Some(global) = &self.global {
+            global.check().map_err(|not_until| {
+                ApiError::rate_limited(
+                    "overall",
+                    retry_after_secs(not_until.wait_time_from(self.clock.now())),
+                )
+            })?;
         }
         Ok(())
     }
@@ -126,6 +142,36 @@ mod tests {
         limits.check_shopper("bob").unwrap();
     }
 
+    /// One address over its own limit is refused as such, and leaves the
+    /// process-wide budget to everyone else (it used to be charged first).
+    #[test]
+    fn one_address_over_its_limit_spends_nobody_elses_budget() {
+        let limits = Limits::new(LimitConfig {
+            global_per_sec: 20,
+            per_shopper_per_sec: 5,
+            per_ip_per_sec: 5,
+        });
+        let flooder = IpAddr::from([10, 0, 0, 1]);
+        let refused = (0..100)
+            .filter_map(|_| limits.check_client(flooder).err())
+            .collect::<Vec<_>>();
+        assert_eq!(refused.len(), 95);
+        assert!(refused.iter().all(|e| e.message().contains("this address")));
+        // A shopper over their own limit spends nothing overall either.
+        let noisy = (0..50)
+            .filter(|_| limits.check_shopper("mallory").is_err())
+            .count();
+        assert_eq!(noisy, 45);
+        for n in 0..5 {
+            let ip = IpAddr::from([10, 0, 1, n]);
+            limits.check_client(ip).unwrap();
+            assert!(
+                limits.check_shopper(&format!("shopper-{n}")).is_ok(),
+                "shopper {n} was refused: the flood spent the overall budget"
+            );
+        }
+    }
+
     #[test]
     fn zero_turns_a_limit_off() {
         let limits = Limits::new(LimitConfig {
@@ -134,7 +180,9 @@ mod tests {
             per_ip_per_sec: 0,
         });
         for _ in 0..10_000 {
-            limits.check_client(IpAddr::from([127, 0, 0, 1])).unwrap();
+            limits
+                .check_anonymous(IpAddr::from([127, 0, 0, 1]))
+                .unwrap();
             limits.check_shopper("alice").unwrap();
         }
     }

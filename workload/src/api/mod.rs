@@ -47,6 +47,9 @@ pub struct AppState {
     pub intake: Arc<Intake>,
     /// Orders.
     pub db: PgPool,
+    /// Each sale's consumer lag: an order not found anywhere may still be
+    /// unread in its topic.
+    pub lags: Arc<crate::bus::sale_lag::SaleLags>,
     /// Shopper identity.
     pub auth: Arc<Auth>,
     /// Rate limits.

@@ -1,6 +1,8 @@
 //! Purchases and orders: `POST /v1/sales/{sale}/orders`, `GET /v1/orders/{id}`,
 //! `POST /v1/orders/{id}/cancel`.
 
+use std::time::Duration;
+
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -14,9 +16,12 @@ use uuid::Uuid;
 
 use super::error::{ApiError, ErrorBody};
 use super::{AppState, ClientIp};
-use crate::domain::order::{OrderEvent, OrderStatus};
+use crate::domain::order::{
+    ORDER_TIME_SLACK, OrderEvent, OrderStatus, may_be_shoppers, may_name_an_order,
+};
 use crate::domain::purchase::ReservationState;
 use crate::domain::shard::home_shard;
+use crate::intake::Purchase;
 use crate::janitor::return_to_redis;
 use crate::orders::order::{self as order_rows, EventOutcome};
 
@@ -169,7 +174,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         (status = 409, description = "NOT_STARTED, ENDED, SOLD_OUT, LIMIT_EXCEEDED or PAUSED", body = ErrorBody),
         (status = 413, description = "PAYLOAD_TOO_LARGE: a body over 1 KiB", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED, with Retry-After", body = ErrorBody),
-        (status = 503, description = "NOT_WARMED, BUSY or UNAVAILABLE (nothing was reserved)", body = ErrorBody),
+        (status = 503, description = "NOT_WARMED, BUSY or UNAVAILABLE (nothing was reserved), or OUTCOME_UNKNOWN: the order (orderId) may or may not be accepted; retry with the same Idempotency-Key, or follow the order", body = ErrorBody),
     ),
     security(("bearer" = [])),
     tag = "orders"
@@ -194,18 +199,18 @@ pub async fn purchase(
             .get(&name)
             .ok_or_else(|| ApiError::not_found(format!("no sale named {name:?}")))?;
         known = Some(view.config.sale.clone());
-        let token = super::tokens::spend(&state, &view, &shopper, &headers, key.as_deref()).await?;
+        let token = super::tokens::shown(&state, &view, &shopper, &headers)?;
         // Its own task: a shopper who hangs up must not stop a purchase
         // half-way (units taken from a donor shard, or reserved, and left so).
         let (intake, catalog) = (state.intake.clone(), state.catalog.clone());
         let decided = tokio::spawn(async move {
-            let decided = intake
-                .purchase(&catalog, &view, &shopper, quantity, key.as_deref())
-                .await;
-            if let (Err(_), Some(token)) = (&decided, &token) {
-                token.give_back(intake.store(), &view).await;
-            }
-            decided
+            let request = Purchase {
+                shopper: &shopper,
+                quantity,
+                idempotency_key: key.as_deref(),
+                token,
+            };
+            intake.purchase(&catalog, &view, &request).await
         })
         .await
         .map_err(|e| {
@@ -419,13 +424,19 @@ pub async fn find_order(
             .reservation(&view.config.sale, shard, &id_text)
             .await
             .map_err(|_| ApiError::unavailable("orders are unreachable right now"))?;
-        let Some(reservation) = reservation.filter(|r| r.shopper == shopper) else {
+        let Some(reservation) = reservation else {
             continue;
         };
+        // Another shopper's order: not this one's to see.
+        if reservation.shopper != shopper {
+            return Ok(None);
+        }
         let created = DateTime::from_timestamp_millis(reservation.created_ms).unwrap_or_default();
         let (status, failure_reason) = match reservation.state {
             // Claimed but not in the database: the consumer is persisting it.
-            ReservationState::Reserved | ReservationState::Claimed => (OrderStatus::Pending, None),
+            ReservationState::Reserved
+            | ReservationState::Acknowledged
+            | ReservationState::Claimed => (OrderStatus::Pending, None),
             ReservationState::Released => (
                 OrderStatus::Failed,
                 Some("the order could not be confirmed; its stock was returned".to_string()),
@@ -451,12 +462,36 @@ pub async fn find_order(
         let lost = view.life.lost_since.is_some() || (view.life.opened && view.meta.is_none());
         lost && minted_ms.is_some_and(|ms| ms >= view.config.start.timestamp_millis())
     });
-    if recovering {
+    if recovering
+        || (may_be_shoppers(order_id, shopper) && unread_in_a_topic(state, order_id).await)
+    {
         return Err(ApiError::unavailable(
             "orders of a sale being recovered are not all visible yet; look again in a few seconds",
         ));
     }
     Ok(None)
+}
+
+/// Whether an order with this id (one of the shopper's, by its tag) may
+/// still be unread in the topic of a sale whose window it was minted in: a
+/// failover that dropped its reservation leaves no trace in Redis, and the
+/// sale is fenced only once a consumer meets the message. Lag read at most a
+/// second ago; unreadable counts as unread.
+async fn unread_in_a_topic(state: &AppState, order_id: Uuid) -> bool {
+    for view in state.catalog.all() {
+        let window = [(view.config.start, view.config.end)];
+        if !may_name_an_order(order_id, &window, ORDER_TIME_SLACK) {
+            continue;
+        }
+        let unread = state
+            .lags
+            .unread(view.config.id, &view.config.sale, Duration::from_secs(1))
+            .await;
+        if !matches!(unread, Ok(0)) {
+            return true;
+        }
+    }
+    false
 }
 
 #[cfg(test)]

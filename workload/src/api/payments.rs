@@ -140,7 +140,7 @@ pub async fn callback(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<PaymentView>, ApiError> {
-    state.limits.check_client(ip)?;
+    state.limits.check_anonymous(ip)?;
     let secret = state
         .payment_secret
         .as_deref()

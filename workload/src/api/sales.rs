@@ -52,7 +52,7 @@ pub async fn get_sale(
     super::ClientIp(ip): super::ClientIp,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    state.limits.check_client(ip)?;
+    state.limits.check_anonymous(ip)?;
     let view = state
         .catalog
         .get(&name)

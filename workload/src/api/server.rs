@@ -15,6 +15,7 @@ use super::limits::{LimitConfig, Limits};
 use super::transport::{self, TransportLimits};
 use super::{AppState, internal, router};
 use crate::bus::producer::{OrderProducer, ProducerSettings};
+use crate::bus::sale_lag::SaleLags;
 use crate::catalog::Catalog;
 use crate::domain::payment::MIN_SECRET;
 use crate::domain::purchase_token;
@@ -44,7 +45,7 @@ pub struct ApiConfig {
     pub auth: AuthConfig,
     /// Rate limits.
     pub limits: LimitConfig,
-    /// Producer timeout and linger.
+    /// The purchase budget, linger and debug contexts of the producer.
     pub producer: ProducerSettings,
     /// The secret the payment provider signs its callbacks with, at least
     /// [`MIN_SECRET`] bytes (none: callbacks are answered 503).
@@ -98,20 +99,27 @@ pub async fn build_state(config: &ApiConfig) -> anyhow::Result<AppState> {
         tracing::warn!(error = %e, "first catalog load failed; retrying in the background");
     }
     catalog.spawn_refresher();
+    let lags = Arc::new(SaleLags::new(&config.kafka));
     Arc::new(Janitor::new(
         catalog.clone(),
         store.clone(),
         db.clone(),
-        &config.kafka,
-        config.producer.timeout,
+        lags.clone(),
+        config.producer.budget,
     ))
     .spawn();
     let limits = Arc::new(Limits::new(config.limits));
     limits.spawn_housekeeping();
     Ok(AppState {
         catalog,
-        intake: Arc::new(Intake::new(store, producer, metrics.clone())),
+        intake: Arc::new(Intake::new(
+            store,
+            producer,
+            metrics.clone(),
+            config.producer.budget,
+        )),
         db,
+        lags,
         auth: Arc::new(auth),
         limits,
         metrics,

@@ -14,9 +14,8 @@ use super::error::{ApiError, ErrorBody};
 use super::{AppState, ClientIp};
 use crate::catalog::SaleView;
 use crate::domain::purchase_token::{self, TOKEN_HEADER, TokenClaims};
-use crate::domain::shard::home_shard;
 use crate::intake::Refusal;
-use crate::redis::store::SaleStore;
+use crate::redis::store::TokenUse;
 
 /// A purchase token.
 #[derive(Debug, Serialize, ToSchema)]
@@ -97,37 +96,17 @@ pub async fn issue(
     }))
 }
 
-/// A purchase token this purchase used up.
-pub(super) struct Spent {
-    home: u32,
-    nonce: Uuid,
-}
-
-impl Spent {
-    /// Gives the token back after the purchase was refused: a token buys
-    /// once, and a refusal (sold out, busy, a dependency down) bought nothing.
-    /// Should Redis fail here, the token stays used; the shopper fetches
-    /// another.
-    pub(super) async fn give_back(&self, store: &SaleStore, view: &SaleView) {
-        if let Err(e) = store
-            .unclaim_token(&view.config.sale, self.home, &self.nonce)
-            .await
-        {
-            tracing::warn!(error = %e, "purchase token: could not give it back");
-        }
-    }
-}
-
-/// For a sale that requires tokens: checks the purchase's token and uses it
-/// up (a retry with the same `Idempotency-Key` may show it again). Before any
-/// stock is touched; a Redis failure here reserves nothing.
-pub(super) async fn spend(
+/// For a sale that requires tokens: checks the purchase's token (signed for
+/// this shopper and sale, not expired by this API's clock) and returns what
+/// the purchase script uses up as it reserves: single use is decided there,
+/// atomically with the reservation (a retry with the same `Idempotency-Key`
+/// is answered before the token is looked at).
+pub(super) fn shown(
     state: &AppState,
     view: &SaleView,
     shopper: &str,
     headers: &HeaderMap,
-    idempotency_key: Option<&str>,
-) -> Result<Option<Spent>, ApiError> {
+) -> Result<Option<TokenUse>, ApiError> {
     if view.config.purchase_token_ttl.is_none() {
         return Ok(None);
     }
@@ -145,38 +124,11 @@ pub(super) async fn spend(
         .purchase_token_secret
         .as_deref()
         .ok_or_else(not_configured)?;
-    let claims = purchase_token::verify(
-        secret,
-        token.trim(),
-        view.config.id,
-        shopper,
-        Utc::now().timestamp_millis(),
-    )
-    .map_err(|e| ApiError::token_invalid(e.to_string()))?;
-    let home = home_shard(shopper, view.config.shards);
-    let claimed = state
-        .intake
-        .store()
-        .claim_token(
-            &view.config.sale,
-            home,
-            &claims.nonce,
-            claims.expires_ms,
-            idempotency_key,
-        )
-        .await
-        .map_err(|e| {
-            tracing::warn!(error = %e, "purchase token: redis failed");
-            ApiError::from(Refusal::Unavailable)
-        })?;
-    if claimed {
-        Ok(Some(Spent {
-            home,
-            nonce: claims.nonce,
-        }))
-    } else {
-        Err(ApiError::token_invalid(
-            "the purchase token was already used; fetch a new one",
-        ))
-    }
+    let now_ms = Utc::now().timestamp_millis();
+    let claims = purchase_token::verify(secret, token.trim(), view.config.id, shopper, now_ms)
+        .map_err(|e| ApiError::token_invalid(e.to_string()))?;
+    Ok(Some(TokenUse {
+        nonce: claims.nonce,
+        remember: purchase_token::remember_used(claims.expires_ms, now_ms),
+    }))
 }

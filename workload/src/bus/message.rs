@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::domain::purchase_token::UsedToken;
 use crate::domain::sale::SaleRef;
 
 /// An accepted order on its way to the database. JSON on the wire; the
@@ -29,6 +30,10 @@ pub struct OrderMessage {
     /// recovered Redis state still answers a retry with this order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+    /// The purchase token it used, persisted with the order so that a
+    /// recovered Redis state still refuses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purchase_token: Option<UsedToken>,
 }
 
 impl OrderMessage {
@@ -58,6 +63,10 @@ mod tests {
             shard: 3,
             accepted_at_ms: 1_700_000_000_000,
             idempotency_key: Some("k-1".into()),
+            purchase_token: Some(UsedToken {
+                nonce: Uuid::from_u128(9),
+                until_ms: 1_700_000_090_000,
+            }),
         };
         let payload = message.to_payload();
         assert_eq!(OrderMessage::from_payload(&payload).unwrap(), message);

@@ -1,11 +1,12 @@
 //! Thin adapter over Kafka (rdkafka): the one home of topic and consumer-group
 //! names ([`topics`]), topic administration ([`admin`]) and consumer-group lag
-//! ([`lag`]).
+//! ([`lag`]; each sale's, shared, in [`sale_lag`]).
 
 pub mod admin;
 pub mod lag;
 pub mod message;
 pub mod producer;
+pub mod sale_lag;
 pub mod topics;
 
 use rdkafka::ClientConfig;

@@ -8,6 +8,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use super::client_config;
 use super::message::OrderMessage;
 use super::topics::orders_topic;
+use crate::domain::budget::PurchaseBudget;
 
 /// Produces order messages to their sale's topic.
 #[derive(Clone)]
@@ -18,9 +19,9 @@ pub struct OrderProducer {
 /// Producer tuning, measured rather than guessed (see docs/performance.md).
 #[derive(Debug, Clone)]
 pub struct ProducerSettings {
-    /// How long a message may wait for its acknowledgement, retries included.
-    /// After it, the produce fails and the API releases the reservation.
-    pub timeout: Duration,
+    /// The purchase budget: no message is retried by the producer past it
+    /// (the purchase itself stops waiting at its own deadline).
+    pub budget: PurchaseBudget,
     /// How long librdkafka waits to fill a batch. Messages produced while a
     /// request is in flight still travel together in the next one.
     pub linger: Duration,
@@ -32,7 +33,7 @@ pub struct ProducerSettings {
 impl Default for ProducerSettings {
     fn default() -> Self {
         Self {
-            timeout: Duration::from_secs(3),
+            budget: PurchaseBudget::DEFAULT,
             linger: Duration::ZERO,
             debug: None,
         }
@@ -60,7 +61,7 @@ impl OrderProducer {
             .set("linger.ms", settings.linger.as_millis().to_string())
             .set(
                 "message.timeout.ms",
-                settings.timeout.as_millis().to_string(),
+                settings.budget.produce_timeout().as_millis().to_string(),
             )
             .create()?;
         Ok(Self { producer })

@@ -634,6 +634,7 @@ fn new_order(order: &OrderMessage) -> NewOrder {
         accepted_at: DateTime::<Utc>::from_timestamp_millis(order.accepted_at_ms)
             .unwrap_or_else(Utc::now),
         idempotency_key: order.idempotency_key.clone(),
+        purchase_token: order.purchase_token,
     }
 }
 

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use super::order::OrderStatus;
 use super::reconcile::DbOrder;
 
 /// What a storm was told and what the stores hold after it.
@@ -21,6 +22,9 @@ pub struct Evidence {
     /// Purchases whose answer never arrived (connection lost): each may or
     /// may not have become an order, and the shopper was told neither.
     pub unanswered: usize,
+    /// Orders the shoppers were told `OUTCOME_UNKNOWN` for: each may or may
+    /// not be an order, and the shopper was told neither.
+    pub in_doubt: BTreeSet<String>,
     /// Every order in the database, by id.
     pub orders: BTreeMap<String, DbOrder>,
     /// The sale's `sold` column.
@@ -124,17 +128,13 @@ pub fn evaluate(e: &Evidence) -> Vec<Verdict> {
         ),
     );
 
-    let lost: Vec<&String> = e
-        .accepted
-        .keys()
-        .filter(|id| !e.orders.contains_key(*id) && !e.released.contains(*id))
-        .collect();
+    let lost = lost_orders(e);
     let i3 = verdict(
         "I3",
         "no lost order",
         Some(lost.is_empty()),
         format!(
-            "{} accepted, {} neither persisted nor released{}",
+            "{} accepted, {} not persisted as an order (released, FAILED or missing){}",
             e.accepted.len(),
             lost.len(),
             sample(&lost)
@@ -144,7 +144,7 @@ pub fn evaluate(e: &Evidence) -> Vec<Verdict> {
     let phantom: Vec<&String> = e
         .orders
         .keys()
-        .filter(|id| !e.accepted.contains_key(*id))
+        .filter(|id| !e.accepted.contains_key(*id) && !e.in_doubt.contains(*id))
         .collect();
     let i4 = verdict(
         "I4",
@@ -207,6 +207,22 @@ pub fn evaluate(e: &Evidence) -> Vec<Verdict> {
     vec![i1, i2, i3, i4, i5, i6]
 }
 
+/// The accepted orders their shoppers lost: every 202 must become an order
+/// in the database that did not fail. One released in Redis without a row
+/// (its message dropped or never written), one FAILED (refused by the
+/// database, or dead-lettered) and one missing altogether are each a promise
+/// broken.
+pub fn lost_orders(e: &Evidence) -> Vec<&String> {
+    e.accepted
+        .keys()
+        .filter(|id| {
+            !e.orders
+                .get(*id)
+                .is_some_and(|o| o.status != OrderStatus::Failed)
+        })
+        .collect()
+}
+
 fn sample(ids: &[&String]) -> String {
     match ids.first() {
         Some(id) => format!(" (e.g. {id})"),
@@ -232,6 +248,7 @@ mod tests {
             shard: 0,
             accepted_ms: 0,
             idempotency_key: None,
+            purchase_token: None,
         }
     }
 
@@ -294,12 +311,13 @@ mod tests {
             .orders
             .insert("c".into(), order("carol", 1, OrderStatus::Failed));
         refused.refused_for_stock.insert("c".into());
-        assert_eq!(failing(&refused), vec!["I1"]);
+        assert_eq!(failing(&refused), vec!["I1", "I3"]);
 
         let mut over_limit = clean();
         over_limit.accepted.insert("a2".into(), ("alice".into(), 1));
-        over_limit.released.insert("b".into());
-        over_limit.orders.remove("b");
+        over_limit
+            .orders
+            .insert("b".into(), order("bob", 1, OrderStatus::Cancelled));
         over_limit
             .orders
             .insert("a2".into(), order("alice", 1, OrderStatus::Unpaid));
@@ -311,11 +329,38 @@ mod tests {
         lost.orders.remove("b");
         assert!(failing(&lost).contains(&"I3"));
 
+        // Answered 202, then its reservation released (the janitor, or a
+        // release racing the produce) and its message dropped: the units went
+        // back, so nothing is oversold, but the shopper lost the order.
+        let mut released = clean();
+        released.orders.remove("b");
+        released.shopper_units.remove("bob");
+        released.redis_units = Some(released.shopper_units.clone());
+        released.redis_remaining = Some(1);
+        released.sold = 2;
+        released.released.insert("b".into());
+        assert_eq!(failing(&released), vec!["I3"]);
+        assert_eq!(lost_orders(&released), vec!["b"]);
+
+        // ... or FAILED, its units given back.
+        let mut failed = clean();
+        failed
+            .orders
+            .insert("b".into(), order("bob", 1, OrderStatus::Failed));
+        failed.shopper_units.remove("bob");
+        failed.redis_units = Some(failed.shopper_units.clone());
+        failed.redis_remaining = Some(1);
+        failed.sold = 2;
+        assert_eq!(failing(&failed), vec!["I3"]);
+
         let mut phantom = clean();
         phantom
             .orders
             .insert("z".into(), order("zoe", 1, OrderStatus::Unpaid));
         assert!(failing(&phantom).contains(&"I4"));
+        // Told its outcome was unknown: an order or not, no promise broken.
+        phantom.in_doubt.insert("z".into());
+        assert!(!failing(&phantom).contains(&"I4"));
 
         let mut stranded = clean();
         stranded.accepted.remove("b");

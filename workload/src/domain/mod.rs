@@ -1,6 +1,7 @@
 //! The pure core: decisions over plain data, no I/O.
 
 pub mod breaker;
+pub mod budget;
 pub mod invariants;
 pub mod order;
 pub mod payment;

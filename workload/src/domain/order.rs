@@ -129,12 +129,37 @@ pub fn may_name_an_order(
         .any(|(start, end)| *start - slack <= at && at <= *end + slack)
 }
 
+/// A new order id for `shopper`: a UUIDv7 (minted at acceptance, so its
+/// time says which sale windows it can belong to) whose last two bytes are a
+/// stable hash of the shopper, so that a lookup tells an id that cannot be
+/// this shopper's without any I/O.
+pub fn mint_order_id(shopper: &str) -> uuid::Uuid {
+    let mut bytes = *uuid::Uuid::now_v7().as_bytes();
+    bytes[14..].copy_from_slice(&shopper_tag(shopper));
+    uuid::Uuid::from_bytes(bytes)
+}
+
+/// Whether `id` may be an order of `shopper` ([`mint_order_id`]): false for
+/// another shopper's order (but for one in 65,536) and most made-up ids.
+pub fn may_be_shoppers(id: uuid::Uuid, shopper: &str) -> bool {
+    id.as_bytes()[14..] == shopper_tag(shopper)
+}
+
+fn shopper_tag(shopper: &str) -> [u8; 2] {
+    use std::hash::Hasher;
+    let mut hasher = fnv::FnvHasher::default();
+    hasher.write(b"flashsale order of ");
+    hasher.write(shopper.as_bytes());
+    let hash = hasher.finish().to_be_bytes();
+    [hash[0], hash[1]]
+}
+
 #[cfg(test)]
 mod tests {
     use super::OrderEvent as E;
     use super::OrderStatus as S;
     use super::Transition::*;
-    use super::{DateTime, may_name_an_order};
+    use super::{DateTime, may_be_shoppers, may_name_an_order, mint_order_id};
 
     const ALL_STATUSES: [S; 6] = [
         S::Pending,
@@ -250,5 +275,17 @@ mod tests {
             !may_name_an_order(minted(1_001_000), &[], slack),
             "no sale at all"
         );
+    }
+
+    #[test]
+    fn an_order_id_carries_its_shoppers_tag() {
+        let id = mint_order_id("alice");
+        assert_eq!(id.get_version_num(), 7);
+        assert!(may_be_shoppers(id, "alice"));
+        let others = (0..1000)
+            .filter(|i| may_be_shoppers(id, &format!("shopper-{i}")))
+            .count();
+        assert!(others <= 2, "{others} of 1,000 other shoppers match");
+        assert_ne!(mint_order_id("alice"), id, "ids stay unique");
     }
 }

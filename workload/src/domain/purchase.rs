@@ -15,6 +15,9 @@ pub enum ReplyField {
 pub enum ReservationState {
     /// Stock deducted; the order is on its way through Kafka.
     Reserved,
+    /// The broker acknowledged the order's message (`lua/confirm.lua`): it
+    /// will be persisted, and a retry of the purchase is answered with it.
+    Acknowledged,
     /// A consumer claimed it to persist the order.
     Claimed,
     /// Its units went back to the shard.
@@ -26,10 +29,27 @@ impl ReservationState {
     pub fn from_letter(letter: &str) -> Option<Self> {
         match letter {
             "R" => Some(Self::Reserved),
+            "A" => Some(Self::Acknowledged),
             "C" => Some(Self::Claimed),
             "X" => Some(Self::Released),
             _ => None,
         }
+    }
+
+    /// Its letter in a reservation record.
+    pub fn letter(self) -> &'static str {
+        match self {
+            Self::Reserved => "R",
+            Self::Acknowledged => "A",
+            Self::Claimed => "C",
+            Self::Released => "X",
+        }
+    }
+
+    /// Whether the order's message is known to be in its topic: the shopper
+    /// may be told the order was accepted.
+    pub fn is_confirmed(self) -> bool {
+        matches!(self, Self::Acknowledged | Self::Claimed)
     }
 }
 
@@ -106,6 +126,8 @@ pub enum ShardDecision {
     },
     /// The sale's Redis state was found lost (fenced): nothing reserved.
     StateLost,
+    /// The purchase token shown was used by another order: nothing reserved.
+    TokenUsed,
     /// The same order (or idempotency key) was decided before.
     Replay {
         /// The first attempt's order id.
@@ -139,6 +161,7 @@ pub fn read_purchase_reply(reply: &[ReplyField]) -> Result<ShardDecision, Unexpe
             available: *available,
         },
         [Int(10)] => ShardDecision::StateLost,
+        [Int(11)] => ShardDecision::TokenUsed,
         [Int(7), Int(held), Int(limit)] => ShardDecision::LimitExceeded {
             held: *held,
             limit: *limit,
@@ -177,6 +200,7 @@ pub fn read_release_reply(reply: &[i64]) -> Result<ReleaseOutcome, UnexpectedRep
         [3] => ReleaseOutcome::Found(ReservationState::Released),
         [4] => ReleaseOutcome::Missing,
         [5] => ReleaseOutcome::TooYoung,
+        [6] => ReleaseOutcome::Found(ReservationState::Acknowledged),
         _ => {
             return Err(UnexpectedReply(
                 reply.iter().map(|&i| ReplyField::Int(i)).collect(),
@@ -229,6 +253,14 @@ mod tests {
                     state: ReservationState::Claimed,
                 }),
             ),
+            (
+                vec![Int(8), t("o1"), t("A")],
+                Ok(ShardDecision::Replay {
+                    order_id: "o1".into(),
+                    state: ReservationState::Acknowledged,
+                }),
+            ),
+            (vec![Int(11)], Ok(ShardDecision::TokenUsed)),
             (vec![Int(8), t("o1"), t("Z")], Err(())),
             (vec![Int(9)], Err(())),
             (vec![], Err(())),
@@ -262,6 +294,10 @@ mod tests {
             ),
             (vec![4], Some(ReleaseOutcome::Missing)),
             (vec![5], Some(ReleaseOutcome::TooYoung)),
+            (
+                vec![6],
+                Some(ReleaseOutcome::Found(ReservationState::Acknowledged)),
+            ),
             (vec![9], None),
             (vec![], None),
         ];
@@ -293,18 +329,17 @@ mod tests {
 
     #[test]
     fn reservation_letters() {
-        assert_eq!(
-            ReservationState::from_letter("R"),
-            Some(ReservationState::Reserved)
-        );
-        assert_eq!(
-            ReservationState::from_letter("C"),
-            Some(ReservationState::Claimed)
-        );
-        assert_eq!(
-            ReservationState::from_letter("X"),
-            Some(ReservationState::Released)
-        );
+        use ReservationState::*;
+        for (letter, state, confirmed) in [
+            ("R", Reserved, false),
+            ("A", Acknowledged, true),
+            ("C", Claimed, true),
+            ("X", Released, false),
+        ] {
+            assert_eq!(ReservationState::from_letter(letter), Some(state));
+            assert_eq!(state.letter(), letter);
+            assert_eq!(state.is_confirmed(), confirmed, "{letter}");
+        }
         assert_eq!(ReservationState::from_letter("r"), None);
     }
 }

@@ -1,7 +1,8 @@
 //! Purchase tokens (`spec.antiBot`): short-lived, signed permissions to buy
 //! once, bound to one shopper and one sale. A bot holding K accounts must
 //! fetch K tokens, each only once the window opens, each good for one
-//! purchase; the single use itself is Redis's (`lua/claim_token.lua`).
+//! purchase; the single use itself is decided by the purchase script as it
+//! reserves (`lua/purchase.lua`), and kept across a Redis loss by the order.
 
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
@@ -20,6 +21,17 @@ pub const DEFAULT_TTL: std::time::Duration = std::time::Duration::from_secs(30);
 /// Longest shopper id a token carries (a JWT `sub` is far shorter).
 const MAX_SHOPPER: usize = 256;
 
+/// How much longer than its expiry (by the API's clock) a used token is
+/// remembered: room for the clocks of the APIs that verify it to disagree.
+pub const USED_SLACK: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How long a token expiring at `expires_ms` must be remembered as used,
+/// counted from `now_ms` (both by the clock that verified it): a duration,
+/// not an instant, so Redis's own clock does not shorten it.
+pub fn remember_used(expires_ms: i64, now_ms: i64) -> std::time::Duration {
+    std::time::Duration::from_millis(expires_ms.saturating_sub(now_ms).max(0) as u64) + USED_SLACK
+}
+
 /// What a token says. Its text is `<hex payload>.<hex HMAC-SHA256>`, the
 /// payload being the sale id (16 bytes), the nonce (16), the expiry in
 /// Unix milliseconds (8, big-endian) and then the shopper: fixed-size fields
@@ -30,10 +42,21 @@ pub struct TokenClaims {
     pub sale_id: Uuid,
     /// The shopper it was issued to.
     pub shopper: String,
-    /// What makes it single-use: Redis remembers each nonce used.
+    /// What makes it single-use: the order that used it records it.
     pub nonce: Uuid,
     /// First instant (Unix ms) it is no longer accepted.
     pub expires_ms: i64,
+}
+
+/// The purchase token an accepted order used, kept with the order: a
+/// recovered Redis state still knows it was used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UsedToken {
+    /// The token's nonce.
+    pub nonce: Uuid,
+    /// Until when (Unix ms) it must be remembered as used.
+    pub until_ms: i64,
 }
 
 /// Why a token was refused (all answered 403 `TOKEN_INVALID`).
@@ -127,6 +150,7 @@ pub fn fits(shopper: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
 
@@ -246,5 +270,21 @@ mod tests {
         };
         assert_ne!(a.payload(), b.payload());
         assert_eq!(a.payload().len(), 41);
+    }
+
+    #[test]
+    fn a_used_token_is_remembered_past_its_expiry_whatever_the_clock() {
+        let cases = [
+            (10_000, 4_000, 6_000),
+            (10_000, 10_000, 0),
+            (10_000, 12_000, 0),
+        ];
+        for (expires_ms, now_ms, left_ms) in cases {
+            assert_eq!(
+                remember_used(expires_ms, now_ms),
+                Duration::from_millis(left_ms) + USED_SLACK,
+                "{expires_ms} at {now_ms}"
+            );
+        }
     }
 }

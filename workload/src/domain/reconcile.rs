@@ -81,6 +81,8 @@ pub struct DbOrder {
     pub accepted_ms: i64,
     /// The shopper's Idempotency-Key of the purchase, if any.
     pub idempotency_key: Option<String>,
+    /// The purchase token it used, if any.
+    pub purchase_token: Option<crate::domain::purchase_token::UsedToken>,
 }
 
 /// The database side.
@@ -117,7 +119,7 @@ pub struct Observation {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {
     /// A reservation younger than this may still have its message in flight
-    /// (at least the API's produce timeout).
+    /// (the purchase budget's `settled_after`).
     pub reservation_min_age_ms: i64,
     /// An uncredited transfer older than this was abandoned by its API
     /// process (and missed by the APIs' janitors, which finish them sooner).
@@ -203,11 +205,7 @@ pub struct Finding {
 }
 
 fn letter(state: ReservationState) -> char {
-    match state {
-        ReservationState::Reserved => 'R',
-        ReservationState::Claimed => 'C',
-        ReservationState::Released => 'X',
-    }
+    state.letter().chars().next().unwrap_or('X')
 }
 
 /// What differs and how to repair it. Deterministic: same observation, same
@@ -284,10 +282,10 @@ pub fn plan(obs: &Observation, policy: &Policy) -> Vec<Finding> {
                 )),
                 None if obs.drained && age(r.created_ms) > policy.reservation_min_age_ms => {
                     Some(release(
-                        if r.state == ReservationState::Reserved {
-                            "ReservationAbandoned"
-                        } else {
-                            "ClaimedNeverPersisted"
+                        match r.state {
+                            ReservationState::Reserved => "ReservationAbandoned",
+                            ReservationState::Acknowledged => "AcknowledgedNeverPersisted",
+                            _ => "ClaimedNeverPersisted",
                         },
                         format!(
                             "order {id} holds {} units but has no order and no message in flight",
@@ -512,6 +510,7 @@ mod tests {
                 shard: alice_home as u32,
                 accepted_ms: OLD,
                 idempotency_key: None,
+                purchase_token: None,
             },
         );
         db.shopper_units.insert("alice".into(), 2);

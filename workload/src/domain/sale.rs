@@ -170,7 +170,9 @@ pub struct RedisLife {
 impl RedisLife {
     /// Whether `loaded` has lost the state this one opened: a shard without
     /// metadata, or of another incarnation (a restart, a flush, a failover
-    /// to a replica that never had it). Noticed losses are `lost_since`.
+    /// to a replica that never had it), or one fenced as lost (a fence that
+    /// landed while a recovery reopened the sale, which cleared the record
+    /// of it). Noticed losses are `lost_since`.
     pub fn lost_in(&self, loaded: &LoadedSale) -> bool {
         let Some(incarnation) = self.incarnation.filter(|_| self.opened) else {
             return false;
@@ -180,6 +182,7 @@ impl RedisLife {
             .incarnations
             .iter()
             .any(|i| i.as_deref() != Some(incarnation.as_str()))
+            || loaded.fenced.iter().any(|f| *f)
     }
 }
 
@@ -192,6 +195,9 @@ pub struct LoadedSale {
     pub metas: Vec<Option<SaleMeta>>,
     /// The incarnation each shard was loaded under (`lua/warm.lua`), if any.
     pub incarnations: Vec<Option<String>>,
+    /// Whether each shard is fenced as lost (`lua/fence.lua`): it sells
+    /// nothing until a recovery loads a new incarnation.
+    pub fenced: Vec<bool>,
     /// The stock total last applied (shard 0).
     pub stock_total: Option<i64>,
     /// Its generation (shard 0).
@@ -212,8 +218,8 @@ impl LoadedSale {
 
 /// What warm-up loads into one shard, from the database: its part of the
 /// unsold stock, and — when a lost state is recovered — the units of the
-/// shoppers homed there, the claimed reservations of their live orders and
-/// their idempotency keys.
+/// shoppers homed there, the claimed reservations of their live orders,
+/// their idempotency keys and the purchase tokens they used.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ShardLoad {
     /// Units for sale in the shard.
@@ -224,6 +230,9 @@ pub struct ShardLoad {
     pub reservations: Vec<(String, String)>,
     /// Idempotency fields (as `lua/purchase.lua` writes them) -> order id.
     pub idempotency: Vec<(String, String)>,
+    /// Purchase tokens the shard's shoppers used, with the order that used
+    /// each (the purchase script refuses them again).
+    pub used_tokens: Vec<(crate::domain::purchase_token::UsedToken, String)>,
 }
 
 /// Splits what the database holds of a sale over its shards (pure).
@@ -261,6 +270,9 @@ pub fn shard_loads(
                 crate::domain::purchase::idempotency_field(&order.shopper, key),
                 id.clone(),
             ));
+        }
+        if let Some(token) = order.purchase_token {
+            load.used_tokens.push((token, id.clone()));
         }
     }
     loads
@@ -413,6 +425,7 @@ mod state_tests {
             stocks: vec![3, 3, 2, 2],
             metas: vec![Some(meta); 4],
             incarnations: vec![Some("i1".into()); 4],
+            fenced: vec![false; 4],
             stock_total: Some(10),
             generation: Some(1),
         };

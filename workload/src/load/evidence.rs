@@ -24,6 +24,8 @@ pub struct Told {
     pub sold_out_seen: bool,
     /// Purchases whose answer never arrived.
     pub unanswered: usize,
+    /// Orders answered `OUTCOME_UNKNOWN`: they may or may not stand.
+    pub in_doubt: BTreeSet<String>,
 }
 
 /// Evidence could not be gathered.
@@ -157,6 +159,7 @@ async fn read(
         accepted: told.accepted.clone(),
         sold_out_seen: told.sold_out_seen,
         unanswered: told.unanswered,
+        in_doubt: told.in_doubt.clone(),
         sold: db.sold,
         shopper_units: db.shopper_units,
         orders: db.orders,

@@ -193,15 +193,17 @@ impl Shared {
     async fn purchase(self: &Arc<Self>, i: usize) {
         let quantity = rand::rng().random_range(1..=self.config.max_quantity.max(1));
         let sent = Instant::now();
-        let (outcome, order) = match self.purchases.purchase(self.identity(i), quantity).await {
-            Ok(answer) if answer.status == 202 => ("202".to_string(), answer.order_id),
-            Ok(answer) => (
-                format!("{} {}", answer.status, answer.code.unwrap_or_default()),
-                None,
-            ),
-            Err(purchases::NoAnswer::Timeout) => ("ERROR timeout".to_string(), None),
-            Err(purchases::NoAnswer::Connect) => ("ERROR connect".to_string(), None),
-        };
+        let (outcome, order, answered) =
+            match self.purchases.purchase(self.identity(i), quantity).await {
+                Ok(answer) if answer.status == 202 => ("202".to_string(), answer.order_id, None),
+                Ok(answer) => (
+                    format!("{} {}", answer.status, answer.code.unwrap_or_default()),
+                    None,
+                    answer.order_id,
+                ),
+                Err(purchases::NoAnswer::Timeout) => ("ERROR timeout".to_string(), None, None),
+                Err(purchases::NoAnswer::Connect) => ("ERROR connect".to_string(), None, None),
+            };
         let latency = sent.elapsed();
         self.record(&outcome, latency);
         self.progress.inc(1);
@@ -210,6 +212,13 @@ impl Shared {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .sold_out_seen = true;
+        }
+        if let (true, Some(order)) = (outcome.ends_with("OUTCOME_UNKNOWN"), &answered) {
+            self.told
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .in_doubt
+                .insert(order.clone());
         }
         if let Some(order) = order {
             let offset = (sent - self.started).as_secs_f64() * 1000.0;

@@ -5,6 +5,7 @@ use sqlx::{FromRow, PgExecutor, Row};
 use uuid::Uuid;
 
 use crate::domain::order::OrderStatus;
+use crate::domain::purchase_token::UsedToken;
 
 /// A persisted order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +97,8 @@ pub struct NewOrder {
     pub accepted_at: DateTime<Utc>,
     /// The shopper's Idempotency-Key, if any.
     pub idempotency_key: Option<String>,
+    /// The purchase token it used, if any.
+    pub purchase_token: Option<UsedToken>,
 }
 
 /// Why the database, the final arbiter, refused a batch.
@@ -207,10 +210,13 @@ pub async fn persist_batch(
 /// parameters $2.. ($1 the sale).
 macro_rules! insert_unpaid_orders {
     () => {
-        "INSERT INTO orders (id, sale_id, shopper, quantity, shard, status, accepted_at, idempotency_key)
-         SELECT t.id, $1, t.shopper, t.quantity, t.shard, 'UNPAID', t.accepted_at, t.idempotency_key
-         FROM UNNEST($2::uuid[], $3::text[], $4::int[], $5::int[], $6::timestamptz[], $7::text[])
-              AS t(id, shopper, quantity, shard, accepted_at, idempotency_key)"
+        "INSERT INTO orders (id, sale_id, shopper, quantity, shard, status, accepted_at, idempotency_key,
+                             purchase_token, purchase_token_until)
+         SELECT t.id, $1, t.shopper, t.quantity, t.shard, 'UNPAID', t.accepted_at, t.idempotency_key,
+                t.token, t.token_until
+         FROM UNNEST($2::uuid[], $3::text[], $4::int[], $5::int[], $6::timestamptz[], $7::text[],
+                     $8::uuid[], $9::timestamptz[])
+              AS t(id, shopper, quantity, shard, accepted_at, idempotency_key, token, token_until)"
     };
 }
 
@@ -233,6 +239,17 @@ async fn insert_unpaid<'a>(
         .iter()
         .map(|o| o.idempotency_key.as_deref())
         .collect();
+    let tokens: Vec<Option<Uuid>> = orders
+        .iter()
+        .map(|o| o.purchase_token.map(|t| t.nonce))
+        .collect();
+    let tokens_until: Vec<Option<DateTime<Utc>>> = orders
+        .iter()
+        .map(|o| {
+            o.purchase_token
+                .and_then(|t| DateTime::from_timestamp_millis(t.until_ms))
+        })
+        .collect();
     let bind = |sql| {
         sqlx::query(sql)
             .bind(sale_id)
@@ -242,6 +259,8 @@ async fn insert_unpaid<'a>(
             .bind(&shards)
             .bind(&accepted)
             .bind(&keys)
+            .bind(&tokens)
+            .bind(&tokens_until)
     };
     sqlx::query("SAVEPOINT new_orders")
         .execute(&mut *tx)

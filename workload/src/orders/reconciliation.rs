@@ -6,6 +6,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::domain::order::OrderStatus;
+use crate::domain::purchase_token::UsedToken;
 use crate::domain::reconcile::{DbOrder, DbSnapshot};
 
 /// The sale's stock, sold count, orders and shoppers' units, from one
@@ -28,9 +29,12 @@ pub async fn snapshot(db: &PgPool, sale_id: Uuid) -> sqlx::Result<DbSnapshot> {
         i32,
         DateTime<Utc>,
         Option<String>,
+        Option<Uuid>,
+        Option<DateTime<Utc>>,
     );
     let orders: Vec<Row> = sqlx::query_as(
-        "SELECT id, shopper, quantity, status, shard, accepted_at, idempotency_key
+        "SELECT id, shopper, quantity, status, shard, accepted_at, idempotency_key,
+                purchase_token, purchase_token_until
          FROM orders WHERE sale_id = $1",
     )
     .bind(sale_id)
@@ -49,7 +53,17 @@ pub async fn snapshot(db: &PgPool, sale_id: Uuid) -> sqlx::Result<DbSnapshot> {
         orders: orders
             .into_iter()
             .map(
-                |(id, shopper, quantity, status, shard, accepted_at, idempotency_key)| {
+                |(
+                    id,
+                    shopper,
+                    quantity,
+                    status,
+                    shard,
+                    accepted_at,
+                    idempotency_key,
+                    token,
+                    until,
+                )| {
                     (
                         id.to_string(),
                         DbOrder {
@@ -59,6 +73,10 @@ pub async fn snapshot(db: &PgPool, sale_id: Uuid) -> sqlx::Result<DbSnapshot> {
                             shard: u32::try_from(shard).unwrap_or_default(),
                             accepted_ms: accepted_at.timestamp_millis(),
                             idempotency_key,
+                            purchase_token: token.zip(until).map(|(nonce, until)| UsedToken {
+                                nonce,
+                                until_ms: until.timestamp_millis(),
+                            }),
                         },
                     )
                 },

@@ -30,10 +30,12 @@ pub struct Scripts {
     pub stale: Script,
     /// `lua/fence.lua`: marks a shard of a lost state so it sells nothing.
     pub fence: Script,
+    /// `lua/meta.lua`: the sale's metadata into a shard that holds it.
+    pub meta: Script,
     /// `lua/pause.lua`: the kill switch of one shard.
     pub pause: Script,
-    /// `lua/claim_token.lua`: uses a purchase token, once.
-    pub claim_token: Script,
+    /// `lua/confirm.lua`: the broker acknowledged reservations' messages.
+    pub confirm: Script,
 }
 
 /// The process-wide scripts.
@@ -49,6 +51,7 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     probe: Script::new(include_str!("../../../lua/probe.lua")),
     stale: Script::new(include_str!("../../../lua/stale.lua")),
     fence: Script::new(include_str!("../../../lua/fence.lua")),
+    meta: Script::new(include_str!("../../../lua/meta.lua")),
     pause: Script::new(include_str!("../../../lua/pause.lua")),
-    claim_token: Script::new(include_str!("../../../lua/claim_token.lua")),
+    confirm: Script::new(include_str!("../../../lua/confirm.lua")),
 });

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use futures::future::try_join_all;
 use redis::{AsyncCommands, Value};
+use uuid::Uuid;
 
 use super::RedisConn;
 use super::keys::ShardKeys;
@@ -17,6 +18,7 @@ use crate::domain::purchase::{
     ReleaseOutcome, ReplyField, Reservation, ReservationState, ShardDecision, UnexpectedReply,
     read_purchase_reply, read_release_reply,
 };
+use crate::domain::purchase_token::UsedToken;
 use crate::domain::reconcile::{DbSnapshot, Repair, ShardSnapshot, TransferOut, parse_transfer_in};
 use crate::domain::sale::{
     LoadedSale, SaleConfig, SaleMeta, SaleRef, ShardLoad, shard_loads, verify_load,
@@ -99,6 +101,39 @@ pub enum ClaimOutcome {
     Missing,
 }
 
+/// What `lua/confirm.lua` found for one order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfirmOutcome {
+    /// Now acknowledged (or already).
+    Acknowledged,
+    /// A consumer claimed it already.
+    Claimed,
+    /// Released: its purchase was answered with a failure.
+    Released,
+    /// No reservation under this id.
+    Missing,
+}
+
+/// A purchase token a purchase uses up as it reserves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenUse {
+    /// What makes the token single-use.
+    pub nonce: Uuid,
+    /// How long Redis remembers it was used: past the token's expiry by the
+    /// API's clock, whatever Redis's own clock says.
+    pub remember: std::time::Duration,
+}
+
+impl TokenUse {
+    /// What the order keeps of it, used at `now_ms`.
+    pub fn used_until(&self, now_ms: i64) -> UsedToken {
+        UsedToken {
+            nonce: self.nonce,
+            until_ms: now_ms.saturating_add(self.remember.as_millis() as i64),
+        }
+    }
+}
+
 /// A sale's state in Redis, seen through its shards.
 #[derive(Clone)]
 pub struct SaleStore {
@@ -147,7 +182,9 @@ impl SaleStore {
         self.conn.clone()
     }
 
-    /// Runs `lua/purchase.lua` in `shard`.
+    /// Runs `lua/purchase.lua` in `shard`. With `token`, the purchase uses
+    /// that purchase token up as it reserves (see [`TokenUse`]).
+    #[allow(clippy::too_many_arguments)]
     pub async fn purchase(
         &self,
         sale: &SaleRef,
@@ -156,11 +193,11 @@ impl SaleStore {
         quantity: i64,
         order_id: &str,
         idempotency_key: Option<&str>,
+        token: Option<&TokenUse>,
     ) -> Result<ShardDecision, StoreError> {
         let keys = ShardKeys::new(sale, shard);
-        let reply: Value = SCRIPTS
-            .purchase
-            .key(&keys.meta)
+        let mut invocation = SCRIPTS.purchase.key(&keys.meta);
+        invocation
             .key(&keys.stock)
             .key(&keys.units)
             .key(&keys.reservations)
@@ -169,47 +206,40 @@ impl SaleStore {
             .arg(shopper)
             .arg(quantity)
             .arg(order_id)
-            .arg(idempotency_key.unwrap_or(""))
-            .invoke_async(&mut self.conn.clone())
-            .await?;
+            .arg(idempotency_key.unwrap_or(""));
+        if let Some(token) = token {
+            invocation
+                .key(keys.used_token(&token.nonce))
+                .arg(token.remember.as_millis().max(1) as u64);
+        }
+        let reply: Value = invocation.invoke_async(&mut self.conn.clone()).await?;
         Ok(read_purchase_reply(&reply_fields(reply)?)?)
     }
 
-    /// Runs `lua/claim_token.lua` in `shard` (the shopper's home): whether the
-    /// purchase token `nonce` may be used by this purchase — never used, or
-    /// used by this same purchase before (`idempotency_key`).
-    pub async fn claim_token(
+    /// Runs `lua/confirm.lua` in `shard`: the broker acknowledged these
+    /// orders' messages. The outcomes come in the order of `order_ids`.
+    pub async fn confirm(
         &self,
         sale: &SaleRef,
         shard: u32,
-        nonce: &uuid::Uuid,
-        expires_ms: i64,
-        idempotency_key: Option<&str>,
-    ) -> Result<bool, StoreError> {
-        let claimed: i64 = SCRIPTS
-            .claim_token
-            .key(ShardKeys::new(sale, shard).used_token(nonce))
-            .arg(idempotency_key.unwrap_or(""))
-            .arg(expires_ms)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok(claimed == 1)
-    }
-
-    /// Forgets that the purchase token `nonce` was used (its purchase was
-    /// refused: it bought nothing).
-    pub async fn unclaim_token(
-        &self,
-        sale: &SaleRef,
-        shard: u32,
-        nonce: &uuid::Uuid,
-    ) -> Result<(), StoreError> {
-        let _: i64 = self
-            .conn
-            .clone()
-            .del(ShardKeys::new(sale, shard).used_token(nonce))
-            .await?;
-        Ok(())
+        order_ids: &[String],
+    ) -> Result<Vec<ConfirmOutcome>, StoreError> {
+        self.per_order(&SCRIPTS.confirm, sale, shard, order_ids)
+            .await?
+            .into_iter()
+            .map(|reply| {
+                Ok(match reply {
+                    Value::Int(0) => ConfirmOutcome::Acknowledged,
+                    Value::Int(1) => ConfirmOutcome::Claimed,
+                    Value::Int(2) => ConfirmOutcome::Released,
+                    Value::Int(3) => ConfirmOutcome::Missing,
+                    Value::Int(other) => {
+                        return Err(UnexpectedReply(vec![ReplyField::Int(other)]).into());
+                    }
+                    _ => return Err(UnexpectedReply(vec![]).into()),
+                })
+            })
+            .collect()
     }
 
     /// Runs `lua/release.lua`: gives the reservation's units back if it is in
@@ -222,8 +252,30 @@ impl SaleStore {
         expected: ReservationState,
         min_age_ms: i64,
     ) -> Result<ReleaseOutcome, StoreError> {
-        self.run_release(sale, shard, order_id, expected, min_age_ms, "")
+        self.run_release(sale, shard, order_id, expected, min_age_ms, "", None)
             .await
+    }
+
+    /// The API's purchase `order_id` was not acknowledged: its reservation
+    /// (still R) is released, and the purchase token it used, if any, may buy
+    /// again (the purchase bought nothing).
+    pub async fn release_unacknowledged(
+        &self,
+        sale: &SaleRef,
+        shard: u32,
+        order_id: &str,
+        token: Option<&Uuid>,
+    ) -> Result<ReleaseOutcome, StoreError> {
+        self.run_release(
+            sale,
+            shard,
+            order_id,
+            ReservationState::Reserved,
+            0,
+            "",
+            token,
+        )
+        .await
     }
 
     /// The API gives up on its own purchase `order_id` of `shopper`: releases
@@ -244,10 +296,12 @@ impl SaleStore {
             ReservationState::Reserved,
             0,
             shopper,
+            None,
         )
         .await
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn run_release(
         &self,
         sale: &SaleRef,
@@ -256,26 +310,26 @@ impl SaleStore {
         expected: ReservationState,
         min_age_ms: i64,
         tombstone: &str,
+        token: Option<&Uuid>,
     ) -> Result<ReleaseOutcome, StoreError> {
+        if expected == ReservationState::Released {
+            return Ok(ReleaseOutcome::Found(expected));
+        }
         let keys = ShardKeys::new(sale, shard);
-        let letter = match expected {
-            ReservationState::Reserved => "R",
-            ReservationState::Claimed => "C",
-            ReservationState::Released => return Ok(ReleaseOutcome::Found(expected)),
-        };
-        let reply: Vec<i64> = SCRIPTS
-            .release
-            .key(&keys.stock)
+        let mut invocation = SCRIPTS.release.key(&keys.stock);
+        invocation
             .key(&keys.units)
             .key(&keys.reservations)
             .key(&keys.meta)
             .key(&keys.pending)
             .arg(order_id)
-            .arg(letter)
+            .arg(expected.letter())
             .arg(min_age_ms)
-            .arg(tombstone)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
+            .arg(tombstone);
+        if let Some(nonce) = token {
+            invocation.key(keys.used_token(nonce));
+        }
+        let reply: Vec<i64> = invocation.invoke_async(&mut self.conn.clone()).await?;
         Ok(read_release_reply(&reply)?)
     }
 
@@ -288,23 +342,36 @@ impl SaleStore {
         shard: u32,
         order_ids: &[String],
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
+        self.per_order(&SCRIPTS.claim, sale, shard, order_ids)
+            .await?
+            .into_iter()
+            .map(|reply| Ok(read_claim_reply(reply_fields(reply)?)?))
+            .collect()
+    }
+
+    /// Runs a script over a shard's reservations for a batch of orders: one
+    /// reply per order, in the order of `order_ids`.
+    async fn per_order(
+        &self,
+        script: &redis::Script,
+        sale: &SaleRef,
+        shard: u32,
+        order_ids: &[String],
+    ) -> Result<Vec<Value>, StoreError> {
         let keys = ShardKeys::new(sale, shard);
-        let mut invocation = SCRIPTS.claim.key(&keys.reservations);
+        let mut invocation = script.key(&keys.reservations);
         invocation.key(&keys.pending);
         for id in order_ids {
             invocation.arg(id);
         }
         let reply: Value = invocation.invoke_async(&mut self.conn.clone()).await?;
-        let Value::Array(replies) = reply else {
-            return Err(UnexpectedReply(vec![]).into());
-        };
-        if replies.len() != order_ids.len() {
-            return Err(UnexpectedReply(vec![ReplyField::Int(replies.len() as i64)]).into());
+        match reply {
+            Value::Array(replies) if replies.len() == order_ids.len() => Ok(replies),
+            Value::Array(replies) => {
+                Err(UnexpectedReply(vec![ReplyField::Int(replies.len() as i64)]).into())
+            }
+            _ => Err(UnexpectedReply(vec![]).into()),
         }
-        replies
-            .into_iter()
-            .map(|reply| Ok(read_claim_reply(reply_fields(reply)?)?))
-            .collect()
     }
 
     /// First half of a transfer: takes up to `wanted` (or half the donor's
@@ -563,7 +630,9 @@ impl SaleStore {
     }
 
     /// Writes `meta` into every shard (the kill switch, backpressure, window
-    /// and limit changes take effect on the next purchase).
+    /// and limit changes take effect on the next purchase), never into one
+    /// whose metadata is gone (`lua/meta.lua`): that shard's state was lost,
+    /// and the call fails with [`StoreError::StateLost`].
     pub async fn write_meta(
         &self,
         sale: &SaleRef,
@@ -574,12 +643,16 @@ impl SaleStore {
         try_join_all((0..shards).map(|shard| {
             let fields = &fields;
             async move {
-                let () = self
-                    .conn
-                    .clone()
-                    .hset_multiple(ShardKeys::new(sale, shard).meta, fields)
-                    .await?;
-                Ok::<_, StoreError>(())
+                let mut invocation = SCRIPTS.meta.key(ShardKeys::new(sale, shard).meta);
+                for (name, value) in fields {
+                    invocation.arg(*name).arg(value);
+                }
+                let written: i64 = invocation.invoke_async(&mut self.conn.clone()).await?;
+                if written == 1 {
+                    Ok(())
+                } else {
+                    Err(StoreError::StateLost { shard })
+                }
             }
         }))
         .await?;
@@ -620,6 +693,19 @@ impl SaleStore {
         if now.is_none() || now.as_deref() == Some(flag) {
             return Ok(false);
         }
+        self.set_paused_everywhere(sale, shards, paused).await
+    }
+
+    /// Sets `paused` in every shard that has metadata, whatever shard 0 says
+    /// (a sale being deleted, whose shard 0 may have lost its state).
+    /// Returns whether any shard changed.
+    pub async fn set_paused_everywhere(
+        &self,
+        sale: &SaleRef,
+        shards: u32,
+        paused: bool,
+    ) -> Result<bool, StoreError> {
+        let flag = if paused { "1" } else { "0" };
         let changed = try_join_all((0..shards).map(|shard| async move {
             let changed: i64 = SCRIPTS
                 .pause
@@ -735,6 +821,19 @@ impl SaleStore {
         for chunk in load.idempotency.chunks(1000) {
             let () = conn.hset_multiple(&keys.idempotency, chunk).await?;
         }
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        for (token, order_id) in &load.used_tokens {
+            let left = token.until_ms - now_ms;
+            if left > 0 {
+                let () = redis::cmd("SET")
+                    .arg(keys.used_token(&token.nonce))
+                    .arg(order_id)
+                    .arg("PX")
+                    .arg(left)
+                    .query_async(&mut conn)
+                    .await?;
+            }
+        }
         Ok(())
     }
 
@@ -755,6 +854,10 @@ impl SaleStore {
             stocks,
             metas: hashes.iter().map(SaleMeta::from_fields).collect(),
             incarnations: hashes.iter().map(|h| h.get("inc").cloned()).collect(),
+            fenced: hashes
+                .iter()
+                .map(|h| h.get("lost").is_some_and(|v| v == "1"))
+                .collect(),
             stock_total: number("stock_total"),
             generation: number("generation"),
         })
@@ -1010,10 +1113,8 @@ impl SaleStore {
                 expected,
                 min_age_ms,
             } => {
-                let expected = if *expected == 'C' {
-                    ReservationState::Claimed
-                } else {
-                    ReservationState::Reserved
+                let Some(expected) = ReservationState::from_letter(&expected.to_string()) else {
+                    return Ok(false);
                 };
                 matches!(
                     self.release(sale, *shard, order_id, expected, *min_age_ms)

@@ -18,6 +18,7 @@ use flashsale_workload::bus::admin::Admin;
 use flashsale_workload::bus::message::OrderMessage;
 use flashsale_workload::bus::producer::ProducerSettings;
 use flashsale_workload::bus::topics;
+use flashsale_workload::domain::budget::PurchaseBudget;
 use flashsale_workload::domain::sale::{SaleConfig, SaleRef};
 use flashsale_workload::orders;
 use flashsale_workload::redis::store::SaleStore;
@@ -176,7 +177,8 @@ pub struct ApiOptions {
     pub database_params: String,
     pub kafka: String,
     pub per_shopper_per_sec: u32,
-    pub produce_timeout: Duration,
+    /// How long one purchase may take (the produce included).
+    pub purchase_budget: PurchaseBudget,
     /// librdkafka's debug contexts for the API's producer.
     pub kafka_debug: Option<String>,
     pub transport: TransportLimits,
@@ -202,7 +204,7 @@ impl ApiOptions {
             database_params: String::new(),
             kafka: stack::kafka_bootstrap(),
             per_shopper_per_sec: 1000,
-            produce_timeout: Duration::from_secs(3),
+            purchase_budget: PurchaseBudget::DEFAULT,
             kafka_debug: None,
             transport: TransportLimits::default(),
             jwt: false,
@@ -254,7 +256,7 @@ impl TestApi {
                 per_ip_per_sec: options.per_ip_per_sec,
             },
             producer: ProducerSettings {
-                timeout: options.produce_timeout,
+                budget: options.purchase_budget,
                 debug: options.kafka_debug.clone(),
                 ..ProducerSettings::default()
             },
@@ -683,9 +685,24 @@ impl LiveSale {
         limit: i64,
         adjust: impl FnOnce(&mut ApiOptions),
     ) -> Self {
+        Self::of_spec(
+            target,
+            |namespace| SaleSpec::live(namespace, stock, shards, limit),
+            adjust,
+        )
+        .await
+    }
+
+    /// A sale of the spec `spec` makes for a fresh namespace, the API's
+    /// options adjusted by `adjust`.
+    pub async fn of_spec(
+        target: RedisTarget,
+        spec: impl FnOnce(&str) -> SaleSpec,
+        adjust: impl FnOnce(&mut ApiOptions),
+    ) -> Self {
         let db = fresh_database().await;
         let namespace = stack::unique_name("ns");
-        let config = create_sale(&db, &SaleSpec::live(&namespace, stock, shards, limit)).await;
+        let config = create_sale(&db, &spec(&namespace)).await;
         let store = store(&target).await;
         store
             .warm(&config, 0, false, &config.id.to_string())
@@ -706,5 +723,29 @@ impl LiveSale {
     /// Units left over all shards.
     pub async fn remaining(&self) -> i64 {
         shard_stocks(&self.store, &self.config).await.iter().sum()
+    }
+
+    /// The janitor of another API replica of this sale's namespace, on
+    /// direct connections (the API's own may reach Kafka through a fault),
+    /// its purchases within `budget`.
+    pub async fn other_janitor(
+        &self,
+        budget: PurchaseBudget,
+    ) -> flashsale_workload::janitor::Janitor {
+        let catalog = std::sync::Arc::new(flashsale_workload::catalog::Catalog::new(
+            &self.config.sale.namespace,
+            self.db.clone(),
+            self.store.clone(),
+        ));
+        catalog.refresh().await.unwrap();
+        flashsale_workload::janitor::Janitor::new(
+            catalog,
+            self.store.clone(),
+            self.db.clone(),
+            std::sync::Arc::new(flashsale_workload::bus::sale_lag::SaleLags::new(
+                &stack::kafka_bootstrap(),
+            )),
+            budget,
+        )
     }
 }
