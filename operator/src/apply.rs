@@ -9,40 +9,20 @@ use flashsale_workload::redis::store::ShrinkOutcome;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType};
-use kube::{Api, Resource};
+use kube::runtime::events::EventType;
 
 use crate::context::{Context, MANAGER};
 use crate::crd::FlashSale;
+use crate::error::ApplyError;
+use crate::events::publish;
 use crate::observe::Observation;
 use crate::plan::{Action, JobKind, Refused};
 use crate::resources::{
     APPLIED_HASH, consumer_deployment, consumers_name, job, job_name, workload_secret,
 };
 use crate::warm;
-
-/// A failed action.
-#[derive(Debug, thiserror::Error)]
-pub enum ApplyError {
-    /// PostgreSQL.
-    #[error("failed to write the sale's row: {0}")]
-    Db(#[from] sqlx::Error),
-    /// Redis.
-    #[error("failed to change the sale's Redis state: {0}")]
-    Redis(#[from] flashsale_workload::redis::store::StoreError),
-    /// Kafka.
-    #[error("failed to create the sale's topics: {0}")]
-    Kafka(#[from] flashsale_workload::bus::admin::AdminError),
-    /// Kubernetes.
-    #[error("failed to apply the sale's Deployment or Job: {0}")]
-    Kube(#[from] kube::Error),
-    /// The sale's Secret name is taken by a Secret it does not own.
-    #[error(
-        "the Secret {0} exists and does not belong to this FlashSale; it is left alone (rename or delete it)"
-    )]
-    SecretNotOwned(String),
-}
 
 /// What applying found that the status must tell.
 #[derive(Debug, Default)]
@@ -51,26 +31,6 @@ pub struct Applied {
     pub warm_mismatch: Option<String>,
     /// A shrink found fewer unsold units than it removes; nothing changed.
     pub refused: Option<Refused>,
-}
-
-pub(crate) async fn event(
-    ctx: &Context,
-    fs: &FlashSale,
-    type_: EventType,
-    reason: &str,
-    action: &str,
-    note: String,
-) {
-    let e = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: action.into(),
-        secondary: None,
-    };
-    if let Err(err) = ctx.recorder.publish(&e, &fs.object_ref(&())).await {
-        tracing::warn!(error = %err, reason, "event not published");
-    }
 }
 
 /// A lag for people: the count, or that it could not be read.
@@ -130,7 +90,7 @@ pub async fn apply(
                 .await?;
                 match &obs.stored {
                     None => {
-                        event(
+                        publish(
                             ctx,
                             fs,
                             normal,
@@ -141,7 +101,7 @@ pub async fn apply(
                         .await
                     }
                     Some(before) if before.config.stock != stored.stock => {
-                        event(
+                        publish(
                             ctx,
                             fs,
                             normal,
@@ -155,7 +115,7 @@ pub async fn apply(
                         .await;
                     }
                     Some(_) => {
-                        event(
+                        publish(
                             ctx,
                             fs,
                             normal,
@@ -172,7 +132,7 @@ pub async fn apply(
                 ctx.admin
                     .ensure_topics(&[&orders, &dlq], fs.spec.consumers.max_replicas)
                     .await?;
-                event(
+                publish(
                     ctx,
                     fs,
                     normal,
@@ -202,7 +162,7 @@ pub async fn apply(
                 };
                 if let Some(delta) = ctx.store.restock(sale, row.stock, row.generation).await? {
                     let verb = if delta >= 0 { "added" } else { "removed" };
-                    event(
+                    publish(
                         ctx,
                         fs,
                         normal,
@@ -232,7 +192,7 @@ pub async fn apply(
                             "stock {} -> {to}: the units left Redis first, then the database",
                             row.stock
                         );
-                        event(ctx, fs, normal, "StockChanged", "Shrink", note).await;
+                        publish(ctx, fs, normal, "StockChanged", "Shrink", note).await;
                     }
                     ShrinkOutcome::NotEnoughUnsold { unsold } => {
                         let accepted = row.stock - unsold;
@@ -252,7 +212,7 @@ pub async fn apply(
                     let note = format!(
                         "{returned} units of an unfinished shrink to {to} are on sale again"
                     );
-                    event(ctx, fs, normal, "ShrinkUndone", "Shrink", note).await;
+                    publish(ctx, fs, normal, "ShrinkUndone", "Shrink", note).await;
                 }
             }
             Action::RecordRowStock { stock, generation } => {
@@ -283,7 +243,7 @@ pub async fn apply(
                             ),
                         )
                     };
-                    event(ctx, fs, type_, reason, "Backpressure", note).await;
+                    publish(ctx, fs, type_, reason, "Backpressure", note).await;
                 }
             }
             Action::ApplyConsumers { replicas } => {
@@ -330,7 +290,7 @@ pub async fn apply(
                         "Consumers scaled from {from} to {replicas}: {} orders wait.",
                         lag_words(obs.observed.lag)
                     );
-                    event(ctx, fs, normal, "Scaled", "Scale", note).await;
+                    publish(ctx, fs, normal, "Scaled", "Scale", note).await;
                 }
             }
             Action::DeleteConsumers => {
@@ -340,7 +300,7 @@ pub async fn apply(
                     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
                     api.delete(&consumers_name(&sale.name), &DeleteParams::background())
                         .await?;
-                    event(
+                    publish(
                         ctx,
                         fs,
                         normal,
@@ -371,7 +331,7 @@ pub async fn apply(
                             }
                             JobKind::Cleanup => ("CleanupJobStarted", "cleanup".into()),
                         };
-                        event(
+                        publish(
                             ctx,
                             fs,
                             normal,

@@ -17,70 +17,26 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::Controller;
 use kube::runtime::controller::Action as Requeue;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use rdkafka::error::RDKafkaErrorCode;
 
-use crate::apply::{Applied, ApplyError, apply};
+use crate::apply::{Applied, apply};
 use crate::conditions::{Facts, conditions, verdicts};
-use crate::context::{Context, FINALIZER, InvalidSpec, MANAGER, sale_config, to_time};
+use crate::context::{Context, FINALIZER, MANAGER, sale_config, to_time};
 use crate::crd::{
     ConsumersStatus, FlashSale, FlashSaleStatus, MinuteSales, ReconciliationSummary, SaleState,
     SaleSummary, StockStatus,
 };
+use crate::error::Error;
+use crate::events::publish;
 use crate::metrics::SaleReading;
-use crate::observe::{Observation, ObserveError, observe};
+use crate::observe::{Observation, observe};
 use crate::plan::{Action, JobKind, Plan, Refused, Wanted, plan};
 use crate::resources::consumers_name;
 use crate::scaling::{ScalingDecision, ScalingMemory, ScalingSpec, desired_replicas, next_check};
-
-/// A failed reconcile, by step.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The resource cannot be acted on until it changes.
-    #[error(transparent)]
-    Invalid(#[from] InvalidSpec),
-    /// Reading failed.
-    #[error(transparent)]
-    Observe(ObserveError),
-    /// An action failed.
-    #[error(transparent)]
-    Apply(#[from] ApplyError),
-    /// Writing the status failed.
-    #[error("failed to write the status: {0}")]
-    Status(kube::Error),
-    /// Removing the sale's state on delete failed.
-    #[error("failed to clean up the deleted sale: {0}")]
-    Finalizer(String),
-    /// Deletion waits for something (an error, so the finalizer stays on).
-    #[error("deletion waits for {0}")]
-    Waiting(&'static str),
-}
-
-impl From<ObserveError> for Error {
-    fn from(e: ObserveError) -> Self {
-        match e {
-            ObserveError::Invalid(i) => Self::Invalid(i),
-            other => Self::Observe(other),
-        }
-    }
-}
-
-impl Error {
-    /// The metric and event label of the failing step.
-    pub fn category(&self) -> &'static str {
-        match self {
-            Self::Invalid(_) => "invalid",
-            Self::Observe(_) => "observe",
-            Self::Apply(_) => "apply",
-            Self::Status(_) => "status",
-            Self::Finalizer(_) => "finalizer",
-            Self::Waiting(_) => "waiting",
-        }
-    }
-}
 
 fn scaling_spec(fs: &FlashSale) -> ScalingSpec {
     let c = &fs.spec.consumers;
@@ -475,27 +431,6 @@ async fn write_status(
         publish(ctx, fs, EventType::Normal, &reason, "Transition", note).await;
     }
     Ok(())
-}
-
-/// Publishes an event about `fs` (a failure to publish is only logged).
-pub async fn publish(
-    ctx: &Context,
-    fs: &FlashSale,
-    type_: EventType,
-    reason: &str,
-    action: &str,
-    note: String,
-) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: action.into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &fs.object_ref(&())).await {
-        tracing::warn!(error = %e, reason, "event not published");
-    }
 }
 
 /// On delete: stop intake, let the orders drain (however long it takes: the

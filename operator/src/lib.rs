@@ -10,6 +10,8 @@ pub mod conditions;
 pub mod context;
 pub mod controller;
 pub mod crd;
+pub mod error;
+pub mod events;
 pub mod fence;
 #[cfg(test)]
 mod fixtures;

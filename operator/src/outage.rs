@@ -10,10 +10,10 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
-use crate::apply::ApplyError;
 use crate::context::{Context, MANAGER};
-use crate::controller::{Error, publish};
 use crate::crd::FlashSale;
+use crate::error::{ApplyError, Error};
+use crate::events::publish;
 use crate::observe::ObserveError;
 
 /// The condition reason for a failed reconcile: the dependency that failed.

@@ -5,9 +5,10 @@ use flashsale_workload::orders::{reconciliation, sales};
 use flashsale_workload::redis::store::WarmError;
 use kube::runtime::events::EventType;
 
-use crate::apply::{ApplyError, event};
 use crate::context::Context;
 use crate::crd::FlashSale;
+use crate::error::ApplyError;
+use crate::events::publish;
 use crate::observe::Observation;
 
 /// Loads the sale into Redis from one database snapshot under its
@@ -34,7 +35,7 @@ pub async fn warm(
         Ok(()) => {}
         Err(WarmError::Mismatch(why)) => {
             let note = why.clone();
-            event(
+            publish(
                 ctx,
                 fs,
                 EventType::Warning,
@@ -58,7 +59,7 @@ pub async fn warm(
                 closed.as_secs_f64()
             );
             tracing::warn!(sale = %row.sale, closed_secs = closed.as_secs_f64(), "redis state recovered");
-            event(
+            publish(
                 ctx,
                 fs,
                 EventType::Normal,
@@ -73,7 +74,7 @@ pub async fn warm(
                 "{unsold} units over {} shards loaded and verified against the database",
                 row.shards
             );
-            event(ctx, fs, EventType::Normal, "Warmed", "Warm", note).await;
+            publish(ctx, fs, EventType::Normal, "Warmed", "Warm", note).await;
         }
     }
     Ok(None)
@@ -88,7 +89,7 @@ pub async fn fence(ctx: &Context, fs: &FlashSale, obs: &Observation) -> Result<(
     if sales::mark_redis_lost(&ctx.db, config.id).await? {
         tracing::error!(sale = %config.sale, "the sale's Redis state was lost; purchases are fenced");
         let note = "Redis no longer holds the sale's state (restarted, flushed or failed over): purchases are refused; it is reloaded from the database once its orders are drained".to_string();
-        event(ctx, fs, EventType::Warning, "RedisStateLost", "Fence", note).await;
+        publish(ctx, fs, EventType::Warning, "RedisStateLost", "Fence", note).await;
     }
     Ok(())
 }
@@ -105,7 +106,7 @@ pub async fn begin_recovery(
     };
     sales::begin_recovery(&ctx.db, obs.config.id, lost).await?;
     let note = "orders drained: reloading the sale's Redis state from the database".to_string();
-    event(
+    publish(
         ctx,
         fs,
         EventType::Normal,
