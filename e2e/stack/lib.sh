@@ -138,6 +138,8 @@ record_pid() {
 
 # live_pid FILE: prints the pid recorded in FILE (a NAME.pid) while that
 # process runs: alive, and started when it did at recording (NAME.started).
+# start-stop-daemon's own match (--exec) cannot tell a recycled pid running
+# the same binary: the Redis nodes and Sentinels are all redis-server.
 # The stack's processes can die without `make down` (a killed container, a
 # reboot), and their pids come back to others: `make stack` once took a
 # Redis Sentinel for etcd and started no etcd; `make down` would have killed
@@ -154,21 +156,32 @@ live_pid() {
 # is_running NAME: the process recorded for NAME is alive.
 is_running() { live_pid "$(pid_file "$1")" >/dev/null; }
 
-# start_bg NAME CMD...: run CMD detached in its own session, log to
-# $LOG_DIR/NAME.log, record its pid. Does nothing if NAME already runs.
+# start_bg NAME CMD...: run CMD detached in a session of its own, from the
+# current directory, appending to $LOG_DIR/NAME.log, its pid in NAME.pid
+# (Debian's start-stop-daemon does all four) and its start time beside it.
+# Does nothing if NAME already runs; a stale NAME.pid (its pid recycled) goes
+# first, or start-stop-daemon would take the stranger for NAME.
 start_bg() {
-  local name=$1
+  local name=$1 cmd f
   shift
   if is_running "$name"; then
     log "$name already running (pid $(cat "$(pid_file "$name")"))"
     return 0
   fi
-  setsid "$@" >>"$LOG_DIR/$name.log" 2>&1 </dev/null &
-  record_pid "$name" $!
-  log "$name started (pid $!), log $LOG_DIR/$name.log"
+  cmd=$(command -v "$1") || die "$1: not found"
+  f=$(pid_file "$name")
+  rm -f "$f"
+  start-stop-daemon --start --background --make-pidfile --pidfile "$f" --chdir "$PWD" \
+    --output "$LOG_DIR/$name.log" --startas "$cmd" -- "${@:2}" ||
+    die "$name did not start"
+  record_pid "$name" "$(cat "$f")"
+  log "$name started (pid $(cat "$f")), log $LOG_DIR/$name.log"
 }
 
 # stop_pid NAME: stop exactly the process recorded for NAME (TERM, then KILL).
+# Not start-stop-daemon's --stop --retry: it counts a zombie as running, and
+# this machine's init reaps only about once a second (a zombie "refused to
+# die" for the whole TERM/2/KILL/1 schedule, 3 s, exit 2).
 stop_pid() {
   local name=$1 f pid
   f=$(pid_file "$name")

@@ -452,9 +452,15 @@ status() {
   fi
 }
 
+# crash CONTAINER_ID: SIGKILLs a container's processes, as a crash does.
+# Deleting its pod cannot: the kubelet sends SIGTERM first, however short
+# the grace, and a consumer that gets it leaves its group cleanly.
+crash() { node_ctr -n k8s.io tasks kill -a -s SIGKILL "$1" >/dev/null; }
+
 case ${1:-} in
   up) up ;;
+  crash) crash "${2:?usage: $0 crash CONTAINER_ID}" ;;
   down) down ;;
   status) status ;;
-  *) die "usage: $0 up|down|status" ;;
+  *) die "usage: $0 up|down|status|crash CONTAINER_ID" ;;
 esac

@@ -6,8 +6,8 @@ use std::fmt::Write;
 use anstyle::{AnsiColor, Style};
 use chrono::{DateTime, Utc};
 
-use crate::crd::{FlashSale, FlashSaleSpec, SaleState};
-use crate::plan::{Timeline, next_transition};
+use crate::model::crd::{FlashSale, FlashSaleSpec, FlashSaleStatus, SaleState};
+use crate::model::timeline::{Timeline, next_transition, to_chrono};
 
 const BOLD: Style = Style::new().bold();
 const GOOD: Style = AnsiColor::Green.on_default();
@@ -180,8 +180,17 @@ pub fn plan_report(fs: &FlashSale, at: DateTime<Utc>) -> String {
 /// replicas, reconciliations, recent events, the next transition.
 pub fn status_report(fs: &FlashSale, events: &[EventLine], now: DateTime<Utc>) -> String {
     let status = fs.status.clone().unwrap_or_default();
-    let t = fs.spec.timeline();
     let mut out = String::new();
+    heading_lines(&mut out, fs, &status, now);
+    stock_and_consumer_lines(&mut out, &status);
+    reconciliation_line(&mut out, &status, now);
+    condition_lines(&mut out, &status);
+    event_lines(&mut out, events, now);
+    out
+}
+
+fn heading_lines(out: &mut String, fs: &FlashSale, status: &FlashSaleStatus, now: DateTime<Utc>) {
+    let t = fs.spec.timeline();
     let state = status
         .state
         .map_or("(not reconciled yet)".to_string(), |s| format!("{s:?}"));
@@ -209,6 +218,9 @@ pub fn status_report(fs: &FlashSale, events: &[EventLine], now: DateTime<Utc>) -
         when(t.end, now)
     );
     let _ = writeln!(out, "  next: {}", next_line(&t, now));
+}
+
+fn stock_and_consumer_lines(out: &mut String, status: &FlashSaleStatus) {
     if let Some(stock) = &status.stock {
         let _ = writeln!(
             out,
@@ -242,13 +254,16 @@ pub fn status_report(fs: &FlashSale, events: &[EventLine], now: DateTime<Utc>) -
             }
         );
     }
+}
+
+fn reconciliation_line(out: &mut String, status: &FlashSaleStatus, now: DateTime<Utc>) {
     let _ = write!(out, "{}  ", paint(BOLD, "Reconciliations"));
     match &status.last_reconciliation {
         Some(r) => {
             let _ = writeln!(
                 out,
                 "last finished {}: drift found {}, repaired {}; {} periodic started",
-                when(crate::context::to_chrono(&r.time), now),
+                when(to_chrono(&r.time), now),
                 r.drift_found,
                 r.drift_repaired,
                 status.periodic_reconciliations.unwrap_or_default()
@@ -258,6 +273,9 @@ pub fn status_report(fs: &FlashSale, events: &[EventLine], now: DateTime<Utc>) -
             let _ = writeln!(out, "none yet");
         }
     }
+}
+
+fn condition_lines(out: &mut String, status: &FlashSaleStatus) {
     let _ = writeln!(out, "{}", paint(BOLD, "Conditions"));
     for c in &status.conditions {
         // A problem, fine, or simply where the sale is in its life.
@@ -275,6 +293,9 @@ pub fn status_report(fs: &FlashSale, events: &[EventLine], now: DateTime<Utc>) -
             paint(DIM, &c.message)
         );
     }
+}
+
+fn event_lines(out: &mut String, events: &[EventLine], now: DateTime<Utc>) {
     let _ = writeln!(out, "{}", paint(BOLD, "Recent events"));
     if events.is_empty() {
         let _ = writeln!(out, "  none");
@@ -293,7 +314,6 @@ pub fn status_report(fs: &FlashSale, events: &[EventLine], now: DateTime<Utc>) -
             e.note
         );
     }
-    out
 }
 
 /// One invariant as the report judges it: held, broken, or not judged.
@@ -317,11 +337,11 @@ pub fn judge(fs: &FlashSale) -> Vec<Judged> {
     let status = fs.status.clone().unwrap_or_default();
     let summary = status.summary.clone().unwrap_or_default();
     let stock = status.stock.clone().unwrap_or_default();
-    let end = crate::context::to_chrono(&fs.spec.window.end);
+    let end = to_chrono(&fs.spec.window.end);
     let reconciled = status
         .last_reconciliation
         .as_ref()
-        .filter(|r| crate::context::to_chrono(&r.time) >= end);
+        .filter(|r| to_chrono(&r.time) >= end);
     let clean = reconciled.map(|r| r.drift_found == r.drift_repaired);
     let by_reconciliation = |what: &str| match reconciled {
         Some(r) => format!(
@@ -438,12 +458,7 @@ pub fn report(fs: &FlashSale) -> Result<String, String> {
     for m in &summary.per_minute {
         let width = (m.units * 40 + peak - 1) / peak.max(1);
         let bar = "█".repeat(usize::try_from(width).unwrap_or(0));
-        let _ = writeln!(
-            out,
-            "  {}  {:>6}  {bar}",
-            crate::context::to_chrono(&m.minute).format("%H:%M"),
-            m.units
-        );
+        let _ = writeln!(out, "  {}  {:>6}  {bar}", m.minute.format("%H:%M"), m.units);
     }
     let _ = writeln!(out, "{}", paint(BOLD, "Invariants"));
     for j in judge(fs) {

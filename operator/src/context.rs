@@ -1,22 +1,17 @@
-//! What every reconcile shares, and the sale's configuration as derived from
-//! the resource.
+//! What every reconcile shares: the clients, the recorder, the metrics and the leadership flag.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use chrono::{DateTime, Utc};
 use flashsale_workload::bus::admin::Admin;
 use flashsale_workload::bus::lag::LagReader;
-use flashsale_workload::domain::sale::{SaleConfig, SaleRef};
 use flashsale_workload::redis::store::SaleStore;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use kube::runtime::events::Recorder;
 use sqlx::PgPool;
 
-use crate::crd::FlashSale;
+use crate::decide::resources::WorkloadSettings;
 use crate::metrics::Metrics;
-use crate::resources::WorkloadSettings;
 
 /// The one field manager of every server-side apply.
 pub const MANAGER: &str = "flashsale-operator";
@@ -48,101 +43,6 @@ pub struct Context {
     /// When each sale's status was last written, by uid.
     pub status_writes: Mutex<HashMap<String, std::time::Instant>>,
     /// Whether this replica may act: set while it holds the Lease, cleared
-    /// before the Lease could expire unrenewed (`crate::fence`).
+    /// before the Lease could expire unrenewed (`crate::cluster::fence`).
     pub leading: Arc<std::sync::atomic::AtomicBool>,
-}
-
-/// A resource the operator cannot act on: it waits for a change.
-#[derive(Debug, thiserror::Error)]
-#[error("invalid FlashSale: {0}")]
-pub struct InvalidSpec(pub String);
-
-/// Kubernetes time to chrono.
-pub fn to_chrono(t: &Time) -> DateTime<Utc> {
-    DateTime::from_timestamp_millis(t.0.as_millisecond()).unwrap_or_default()
-}
-
-/// chrono to Kubernetes time.
-pub fn to_time(t: DateTime<Utc>) -> Time {
-    Time(
-        k8s_openapi::jiff::Timestamp::from_millisecond(t.timestamp_millis())
-            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
-    )
-}
-
-/// The sale's namespace and name.
-pub fn sale_ref(fs: &FlashSale) -> Result<SaleRef, InvalidSpec> {
-    let namespace = fs.metadata.namespace.as_deref().unwrap_or_default();
-    let name = fs.metadata.name.as_deref().unwrap_or_default();
-    SaleRef::new(namespace, name).map_err(|e| InvalidSpec(e.to_string()))
-}
-
-/// The sale's configuration from its spec, with `stock` and `generation`.
-pub fn sale_config(fs: &FlashSale, stock: i64, generation: i64) -> Result<SaleConfig, InvalidSpec> {
-    let id = fs
-        .metadata
-        .uid
-        .as_deref()
-        .and_then(|u| u.parse().ok())
-        .ok_or_else(|| InvalidSpec("metadata.uid is missing".into()))?;
-    let spec = &fs.spec;
-    Ok(SaleConfig {
-        id,
-        sale: sale_ref(fs)?,
-        sku: spec.sku.clone(),
-        stock,
-        start: to_chrono(&spec.window.start),
-        end: to_chrono(&spec.window.end),
-        purchase_limit: i64::from(spec.purchase_limit),
-        shards: u32::try_from(spec.sharding.shards)
-            .map_err(|_| InvalidSpec("sharding.shards".into()))?,
-        generation,
-        payment_timeout: spec.payment.timeout.into(),
-        purchase_token_ttl: spec
-            .anti_bot
-            .required
-            .then(|| spec.anti_bot.token_ttl.into()),
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sale(anti_bot: serde_json::Value) -> FlashSale {
-        let mut fs: FlashSale = serde_json::from_value(serde_json::json!({
-            "apiVersion": "flashsale.dev/v1alpha1",
-            "kind": "FlashSale",
-            "metadata": {"name": "drop", "namespace": "shop", "uid": "0192f8a0-0000-7000-8000-000000000001"},
-            "spec": {
-                "sku": "SKU-1",
-                "stock": 10,
-                "window": {"start": "2026-12-12T00:00:00Z", "end": "2026-12-12T00:10:00Z"},
-                "antiBot": anti_bot,
-            }
-        }))
-        .unwrap();
-        fs.metadata.generation = Some(1);
-        fs
-    }
-
-    #[test]
-    fn a_token_lifetime_reaches_the_sale_row_only_when_tokens_are_required() {
-        for (anti_bot, ttl) in [
-            (serde_json::json!({}), None),
-            (serde_json::json!({"tokenTtl": "2m"}), None),
-            (serde_json::json!({"required": true}), Some(30)),
-            (
-                serde_json::json!({"required": true, "tokenTtl": "5s"}),
-                Some(5),
-            ),
-        ] {
-            let config = sale_config(&sale(anti_bot.clone()), 10, 1).unwrap();
-            assert_eq!(
-                config.purchase_token_ttl,
-                ttl.map(std::time::Duration::from_secs),
-                "{anti_bot}"
-            );
-        }
-    }
 }

@@ -1,8 +1,27 @@
 //! The reconcile's errors: one type for a failed action, one for the
 //! reconcile, by step.
 
-use crate::context::InvalidSpec;
-use crate::observe::ObserveError;
+use crate::model::sale::InvalidSpec;
+
+/// A failed observation.
+#[derive(Debug, thiserror::Error)]
+pub enum ObserveError {
+    /// The resource cannot be acted on.
+    #[error(transparent)]
+    Invalid(#[from] InvalidSpec),
+    /// PostgreSQL.
+    #[error("failed to read the sale's row: {0}")]
+    Db(#[from] sqlx::Error),
+    /// Redis.
+    #[error("failed to read the sale's Redis state: {0}")]
+    Redis(#[from] flashsale_workload::redis::store::StoreError),
+    /// Kafka topics.
+    #[error("failed to read the sale's topics: {0}")]
+    Kafka(#[from] flashsale_workload::bus::admin::AdminError),
+    /// Kubernetes.
+    #[error("failed to read the sale's Deployment or Jobs: {0}")]
+    Kube(#[from] kube::Error),
+}
 
 /// A failed action.
 #[derive(Debug, thiserror::Error)]

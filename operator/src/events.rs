@@ -4,7 +4,7 @@ use kube::Resource;
 use kube::runtime::events::{Event, EventType};
 
 use crate::context::Context;
-use crate::crd::FlashSale;
+use crate::model::crd::FlashSale;
 
 /// Publishes an event about `fs` (a failure to publish is only logged).
 pub async fn publish(

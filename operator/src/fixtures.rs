@@ -18,9 +18,9 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::{Client, ResourceExt};
 
 use crate::context::{Context, FINALIZER};
-use crate::crd::FlashSale;
+use crate::decide::resources::WorkloadSettings;
 use crate::metrics::Metrics;
-use crate::resources::WorkloadSettings;
+use crate::model::crd::FlashSale;
 
 type ApiHandle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
 
@@ -174,7 +174,7 @@ async fn an_invalid_sale_gets_a_condition_and_one_event_and_a_second_pass_writes
             .expect("a Degraded condition");
         assert_eq!(degraded["status"], "True");
         assert_eq!(degraded["reason"], "InvalidSpec");
-        reported.status = Some(crate::crd::FlashSaleStatus {
+        reported.status = Some(crate::model::crd::FlashSaleStatus {
             conditions: serde_json::from_value(conditions.clone()).unwrap(),
             ..Default::default()
         });

@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
+use flashsale_operator::cluster::fence;
 use flashsale_operator::context::Context;
 use flashsale_operator::controller;
-use flashsale_operator::crd::FlashSale;
+use flashsale_operator::decide::resources::WorkloadSettings;
 use flashsale_operator::metrics::Metrics;
-use flashsale_operator::resources::WorkloadSettings;
+use flashsale_operator::model::crd::FlashSale;
 use flashsale_workload::bus::admin::{Admin, TopicDurability};
 use flashsale_workload::domain::budget::PurchaseBudget;
 use flashsale_workload::redis::store::SaleStore;
@@ -162,24 +163,22 @@ async fn serve_http(
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+fn init_logging(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    if args.log_format == "json" {
+    if format == "json" {
         builder.json().init();
     } else {
         builder.init();
     }
+}
 
-    let client = Client::try_default()
-        .await
-        .context("no Kubernetes configuration")?;
-    for sales in controller::scopes(&args.watch_namespace)
+/// Fails with what to do when the operator cannot list FlashSales where it watches.
+async fn check_can_list(client: &Client, namespaces: &[String]) -> anyhow::Result<()> {
+    for sales in controller::scopes(namespaces)
         .iter()
-        .map(|ns| controller::api::<FlashSale>(&client, ns.as_deref()))
+        .map(|ns| controller::api::<FlashSale>(client, ns.as_deref()))
     {
         if let Err(e) = sales.list(&ListParams::default().limit(1)).await {
             anyhow::bail!(
@@ -188,6 +187,44 @@ async fn main() -> anyhow::Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// How the sale's pods run, from the arguments.
+fn workload_settings(args: &Args) -> anyhow::Result<WorkloadSettings> {
+    Ok(WorkloadSettings {
+        image: args.workload_image.clone(),
+        pull_policy: args.image_pull_policy.clone(),
+        redis: args.pod_redis.clone().unwrap_or_else(|| args.redis.clone()),
+        database_url: args
+            .pod_database_url
+            .clone()
+            .unwrap_or_else(|| args.database_url.clone()),
+        kafka: args.pod_kafka.clone().unwrap_or_else(|| args.kafka.clone()),
+        consumer_resources: (
+            args.consumer_cpu.clone(),
+            args.consumer_memory.clone(),
+            args.consumer_memory_limit.clone(),
+        ),
+        purchase_budget: args.purchase_budget,
+        services_ca: args
+            .services_ca_file
+            .as_ref()
+            .map(|path| {
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("reading the services' CA from {}", path.display()))
+            })
+            .transpose()?,
+    })
+}
+
+/// Connects to PostgreSQL (migrating it if asked), Redis and Kafka.
+async fn connect(
+    args: &Args,
+    client: &Client,
+    identity: &str,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<Arc<Context>> {
     let db = flashsale_workload::orders::connect(&args.database_url, 4)
         .await
         .context("failed to connect to PostgreSQL")?;
@@ -200,9 +237,11 @@ async fn main() -> anyhow::Result<()> {
     let redis = RedisConn::connect(&target)
         .await
         .context("failed to connect to Redis")?;
-    let identity = identity(&args);
-    let metrics = Arc::new(Metrics::default());
-    let ctx = Arc::new(Context {
+    let reporter = Reporter {
+        controller: "flashsale-operator".into(),
+        instance: Some(identity.to_string()),
+    };
+    Ok(Arc::new(Context {
         client: client.clone(),
         db,
         store: SaleStore::new(redis),
@@ -211,50 +250,33 @@ async fn main() -> anyhow::Result<()> {
             min_insync_replicas: args.topic_min_insync_replicas,
         }),
         bootstrap: args.kafka.clone(),
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "flashsale-operator".into(),
-                instance: Some(identity.clone()),
-            },
-        ),
-        workload: WorkloadSettings {
-            image: args.workload_image.clone(),
-            pull_policy: args.image_pull_policy.clone(),
-            redis: args.pod_redis.clone().unwrap_or_else(|| args.redis.clone()),
-            database_url: args
-                .pod_database_url
-                .clone()
-                .unwrap_or_else(|| args.database_url.clone()),
-            kafka: args.pod_kafka.clone().unwrap_or_else(|| args.kafka.clone()),
-            consumer_resources: (
-                args.consumer_cpu.clone(),
-                args.consumer_memory.clone(),
-                args.consumer_memory_limit.clone(),
-            ),
-            purchase_budget: args.purchase_budget,
-            services_ca: args
-                .services_ca_file
-                .as_ref()
-                .map(|path| {
-                    std::fs::read_to_string(path).with_context(|| {
-                        format!("reading the services' CA from {}", path.display())
-                    })
-                })
-                .transpose()?,
-        },
+        recorder: Recorder::new(client.clone(), reporter),
+        workload: workload_settings(args)?,
         lag_readers: Mutex::new(HashMap::new()),
-        metrics: metrics.clone(),
+        metrics,
         failures: Mutex::new(HashMap::new()),
         status_writes: Mutex::new(HashMap::new()),
         leading: Arc::new(AtomicBool::new(false)),
-    });
+    }))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    init_logging(&args.log_format);
+    let client = Client::try_default()
+        .await
+        .context("no Kubernetes configuration")?;
+    check_can_list(&client, &args.watch_namespace).await?;
+    let identity = identity(&args);
+    let metrics = Arc::new(Metrics::default());
+    let ctx = connect(&args, &client, &identity, metrics.clone()).await?;
 
     let lease = LeaseManagerBuilder::new(client.clone(), &args.lease_name)
         .with_namespace(&args.lease_namespace)
         .with_identity(&identity)
         .with_duration(args.lease_seconds)
-        .with_grace(flashsale_operator::fence::renewal_grace(args.lease_seconds))
+        .with_grace(fence::renewal_grace(args.lease_seconds))
         .build()
         .await
         .context("failed to set up leader election")?;
@@ -276,14 +298,32 @@ async fn main() -> anyhow::Result<()> {
     }
     tracing::info!(%identity, "leading: reconciling FlashSales");
     leading.store(true, Ordering::Relaxed);
-    let mut lost = leader.clone();
+    let why = lead(&args, &client, &identity, ctx, leader.clone()).await;
+    // Letting go of the channel releases the lease for the next replica.
+    drop(leader);
+    let _ = tokio::time::timeout(Duration::from_secs(5), lease_task).await;
+    if why != "shutdown" {
+        anyhow::bail!("{why}; exiting so only one replica acts");
+    }
+    Ok(())
+}
+
+/// Reconciles until a shutdown, the lease lost, or the fence; why it stopped.
+async fn lead(
+    args: &Args,
+    client: &Client,
+    identity: &str,
+    ctx: Arc<Context>,
+    mut lost: tokio::sync::watch::Receiver<bool>,
+) -> &'static str {
+    let leading = ctx.leading.clone();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<&'static str>();
-    let fence = flashsale_operator::fence::watch(
+    let fence = fence::watch(
         Api::namespaced(client.clone(), &args.lease_namespace),
         args.lease_name.clone(),
-        identity.clone(),
+        identity.to_string(),
         Duration::from_secs(args.lease_seconds),
-        flashsale_operator::fence::fence_grace(args.lease_seconds),
+        fence::fence_grace(args.lease_seconds),
     );
     let fenced = leading.clone();
     let reason = Arc::new(Mutex::new("shutdown"));
@@ -293,34 +333,27 @@ async fn main() -> anyhow::Result<()> {
             () = flashsale_workload::api::server::shutdown_signal() => "shutdown",
             _ = async { while lost.changed().await.is_ok() { if !*lost.borrow() { break; } } } => "lost the lease",
             why = fence => match why {
-                flashsale_operator::fence::Fenced::Taken => "lost the lease",
-                flashsale_operator::fence::Fenced::Unconfirmed => "could not renew the lease",
+                fence::Fenced::Taken => "lost the lease",
+                fence::Fenced::Unconfirmed => "could not renew the lease",
             },
         };
         // No reconcile starts from here on, before the Lease could lapse.
         fenced.store(false, Ordering::Release);
+        tracing::info!(reason = why, "stopped acting as the leader");
         *stopped_because.lock().unwrap_or_else(|p| p.into_inner()) = why;
         let _ = stop_tx.send(why);
     });
-    let stopping = leading.clone();
     // Graceful, but bounded: reconciles in flight get 10 s to finish.
     tokio::select! {
         () = controller::run(ctx, args.watch_namespace.clone(), async move {
             let _ = stop_rx.await;
         }) => {}
         () = async {
-            while stopping.load(Ordering::Acquire) {
+            while leading.load(Ordering::Acquire) {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             tokio::time::sleep(Duration::from_secs(10)).await;
         } => tracing::warn!("reconciles still running 10 s after the stop; leaving them"),
     }
-    let why = *reason.lock().unwrap_or_else(|p| p.into_inner());
-    // Letting go of the channel releases the lease for the next replica.
-    drop(leader);
-    let _ = tokio::time::timeout(Duration::from_secs(5), lease_task).await;
-    if why != "shutdown" {
-        anyhow::bail!("{why}; exiting so only one replica acts");
-    }
-    Ok(())
+    *reason.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -15,8 +15,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::crd::{SaleState, StockStatus};
-use crate::plan::{Timeline, next_transition};
+use crate::model::crd::{SaleState, StockStatus};
+use crate::model::timeline::{Timeline, next_transition};
 
 /// Labels of a reconcile error.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

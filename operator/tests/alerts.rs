@@ -10,11 +10,10 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use flashsale_operator::crd::FlashSale;
-use flashsale_operator::outage::MAX_BACKOFF;
+use flashsale_operator::model::crd::FlashSale;
+use flashsale_operator::steps::outage::MAX_BACKOFF;
 use flashsale_testkit as stack;
 use kube::Api;
 
@@ -52,28 +51,15 @@ struct KafkaStopped;
 
 impl KafkaStopped {
     fn stop() -> Self {
-        kafka("down");
+        stack::stack_script("kafka.sh", &["down"]);
         Self
     }
 }
 
 impl Drop for KafkaStopped {
     fn drop(&mut self) {
-        kafka("up");
+        stack::stack_script("kafka.sh", &["up"]);
     }
-}
-
-fn kafka(action: &str) {
-    let out = Command::new(stack::repo_dir().join("e2e/stack/kafka.sh"))
-        .arg(action)
-        .env("FLASHSALE_RUN", stack::run_dir())
-        .output()
-        .expect("the stack script runs");
-    assert!(
-        out.status.success(),
-        "kafka.sh {action}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 struct Prometheus {

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use flashsale_operator::crd::FlashSale;
+use flashsale_operator::model::crd::FlashSale;
 use flashsale_testkit as stack;
 use flashsale_workload::bus::admin::Admin;
 use flashsale_workload::bus::topics;
@@ -391,8 +391,9 @@ async fn a_storm_writes_the_status_at_most_once_per_poll_interval() {
     use kube::runtime::{WatchStreamExt, watcher};
     let (sales, ns, db_url, _operator) = live_sale("written", 100_000).await;
     let api = std::sync::Arc::new(common::ApiProcess::start(&ns, &db_url).await);
-    let versions =
-        std::sync::Arc::new(std::sync::Mutex::new(Vec::<(String, Option<String>)>::new()));
+    // Every version of the resource: (resourceVersion, state, units sold).
+    type Seen = (String, Option<String>, Option<i64>);
+    let versions = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Seen>::new()));
     let watch = {
         let versions = versions.clone();
         let stream = watcher(
@@ -403,42 +404,68 @@ async fn a_storm_writes_the_status_at_most_once_per_poll_interval() {
         tokio::spawn(async move {
             futures::pin_mut!(stream);
             while let Some(Ok(fs)) = stream.next().await {
-                let state = fs.status.and_then(|s| s.state).map(|s| format!("{s:?}"));
-                versions
-                    .lock()
-                    .unwrap()
-                    .push((fs.metadata.resource_version.unwrap_or_default(), state));
+                let status = fs.status.unwrap_or_default();
+                let state = status.state.map(|s| format!("{s:?}"));
+                let sold = status.stock.map(|s| s.sold);
+                let version = fs.metadata.resource_version.unwrap_or_default();
+                versions.lock().unwrap().push((version, state, sold));
             }
         })
     };
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = versions.lock().unwrap().len();
+    // The poll interval (the manifest's default, 2 s) bounds the writes.
+    let poll_every = Duration::from_secs(2);
     let storm_for = Duration::from_secs(10);
     let until = std::time::Instant::now() + storm_for;
     let shoppers: Vec<_> = (0..8)
         .map(|w| {
             let api = api.clone();
             tokio::spawn(async move {
-                let mut n = 0;
+                let (mut sent, mut accepted) = (0_i64, 0_i64);
                 while std::time::Instant::now() < until {
-                    n += 1;
-                    api.buy("written", &format!("w{w}-{n}")).await;
+                    sent += 1;
+                    let (status, detail) = api.buy("written", &format!("w{w}-{sent}")).await;
+                    assert_eq!(status, 202, "one unit of 100,000 refused: {detail}");
+                    accepted += 1;
                 }
-                n
+                (sent, accepted)
             })
         })
         .collect();
-    let mut purchases = 0;
+    let (mut purchases, mut accepted) = (0, 0);
     for s in shoppers {
-        purchases += s.await.unwrap();
+        let (sent, ok) = s.await.unwrap();
+        purchases += sent;
+        accepted += ok;
     }
-    let seen: Vec<(String, Option<String>)> = versions.lock().unwrap()[before..].to_vec();
+    let during: Vec<Seen> = versions.lock().unwrap()[before..].to_vec();
+    // Once the storm is over, the status tells every unit it sold.
+    common::wait_for(
+        poll_every * 3,
+        "the status to count every accepted unit",
+        || async {
+            let sold = sales.get("written").await.ok()?.status?.stock?.sold;
+            (sold == accepted).then_some(())
+        },
+    )
+    .await;
     watch.abort();
-    let transitions = seen.windows(2).filter(|w| w[0].1 != w[1].1).count();
-    let limit = (storm_for.as_secs() as usize / 2 + transitions) * 2;
+    let transitions = during.windows(2).filter(|w| w[0].1 != w[1].1).count();
+    let periods = (storm_for.as_secs() / poll_every.as_secs()) as usize;
+    let limit = (periods + transitions) * 2;
+    // Counters moved all through the storm: written more than once, at
+    // least every other poll interval.
+    let counts: std::collections::BTreeSet<i64> = during.iter().filter_map(|s| s.2).collect();
     println!(
-        "a {storm_for:?} storm ({purchases} purchases): the FlashSale changed {} times ({transitions} transitions; at most {limit})",
-        seen.len()
+        "a {storm_for:?} storm ({purchases} purchases, {accepted} accepted): the FlashSale changed {} times ({transitions} transitions; at most {limit}), {} distinct sold counts",
+        during.len(),
+        counts.len()
     );
-    assert!(seen.len() <= limit, "{} writes: {seen:?}", seen.len());
+    assert!(during.len() <= limit, "{} writes: {during:?}", during.len());
+    assert!(
+        counts.len() >= periods / 2,
+        "the status was written {} times with a new count during a {storm_for:?} storm: {during:?}",
+        counts.len()
+    );
 }

@@ -5,10 +5,9 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use flashsale_operator::crd::FlashSale;
+use flashsale_operator::model::crd::FlashSale;
 use flashsale_testkit as stack;
 use flashsale_workload::domain::sale::SaleRef;
 use flashsale_workload::redis::store::SaleStore;
@@ -21,28 +20,15 @@ struct Stopped(&'static str);
 
 impl Stopped {
     fn stop(script: &'static str) -> Self {
-        run(script, "down");
+        stack::stack_script(script, &["down"]);
         Self(script)
     }
 }
 
 impl Drop for Stopped {
     fn drop(&mut self) {
-        run(self.0, "up");
+        stack::stack_script(self.0, &["up"]);
     }
-}
-
-fn run(script: &str, action: &str) {
-    let out = Command::new(stack::repo_dir().join("e2e/stack").join(script))
-        .arg(action)
-        .env("FLASHSALE_RUN", stack::run_dir())
-        .output()
-        .expect("the stack script runs");
-    assert!(
-        out.status.success(),
-        "{script} {action}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 async fn set_paused(sales: &Api<FlashSale>, paused: bool) {

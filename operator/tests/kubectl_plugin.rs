@@ -9,7 +9,7 @@ mod common;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use flashsale_operator::crd::FlashSale;
+use flashsale_operator::model::crd::FlashSale;
 use flashsale_testkit as stack;
 use kube::Api;
 

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use flashsale_operator::crd::FlashSale;
+use flashsale_operator::model::crd::FlashSale;
 use flashsale_testkit as stack;
 use flashsale_workload::domain::sale::SaleRef;
 use flashsale_workload::redis::RedisConn;
@@ -43,7 +43,8 @@ async fn only_the_leader_acts_and_the_other_takes_over() {
         "the sale to be scheduled",
         || async {
             let fs = sales.get("leader").await.ok()?;
-            (fs.status?.state? == flashsale_operator::crd::SaleState::Scheduled).then_some(())
+            (fs.status?.state? == flashsale_operator::model::crd::SaleState::Scheduled)
+                .then_some(())
         },
     )
     .await;
@@ -167,7 +168,12 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_another_takes_over() 
     let original = std::fs::read_to_string(stack::kubeconfig()).unwrap();
     let partition = Partition::to(api_server(&original).to_string()).await;
     let kubeconfig = kubeconfig_through(partition.port);
-    let mut cut_off = common::Operator::start_with_kubeconfig(&ns, &db, "op-a", &kubeconfig);
+    let listen = {
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        free.local_addr().unwrap().to_string()
+    };
+    let mut cut_off =
+        common::Operator::start_with_kubeconfig(&ns, &db, "op-a", &kubeconfig, &listen);
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
     common::wait_for(Duration::from_secs(20), "op-a to lead", || async {
         holder(&leases.get_opt("flashsale-operator").await.ok()??).filter(|h| h == "op-a")
@@ -181,14 +187,48 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_another_takes_over() 
     common::create_live(&sales, manifest).await;
 
     // op-a loses the API server (not Redis); op-b starts and takes over.
+    // op-a's own /readyz (local, not cut) says when it stopped acting.
+    let readyz = format!("http://{listen}/readyz");
+    common::wait_for(Duration::from_secs(10), "op-a to act", || async {
+        let answer = reqwest::get(&readyz).await.ok()?.text().await.ok()?;
+        (answer == "leader").then_some(())
+    })
+    .await;
     partition.cut();
     let cut_at = Instant::now();
+    let stopped_acting = tokio::spawn(async move {
+        loop {
+            let answer = reqwest::get(&readyz).await;
+            let standby = match answer {
+                Ok(r) => r.text().await.is_ok_and(|t| t == "standby"),
+                Err(_) => true, // exited: it acts no more either
+            };
+            if standby {
+                return chrono::Utc::now();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
     let _standby = common::Operator::start(&ns, &db, "flashsale-operator", "op-b");
-    common::wait_for(Duration::from_secs(30), "op-b to lead", || async {
-        holder(&leases.get_opt("flashsale-operator").await.ok()??).filter(|h| h == "op-b")
+    let acquired = common::wait_for(Duration::from_secs(30), "op-b to lead", || async {
+        let spec = leases.get_opt("flashsale-operator").await.ok()??.spec?;
+        (spec.holder_identity.as_deref() == Some("op-b")).then_some(spec.acquire_time?.0)
     })
     .await;
     let took_over = cut_at.elapsed();
+    // Seen standby at or after the instant op-a stopped: an upper bound of
+    // that instant, compared with the one op-b wrote when it took the Lease
+    // (one machine, one clock).
+    let stopped = tokio::time::timeout(Duration::from_secs(30), stopped_acting)
+        .await
+        .expect("op-a still says it leads 30 s after op-b took the Lease")
+        .unwrap();
+    let acquired = chrono::DateTime::from_timestamp_micros(acquired.as_microsecond()).unwrap();
+    let margin = acquired - stopped;
+    assert!(
+        margin > chrono::Duration::zero(),
+        "op-a still acted at {stopped}, after op-b took the Lease at {acquired}"
+    );
     // The merchant pulls the kill switch; the new leader applies it.
     sales
         .patch(
@@ -225,6 +265,9 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_another_takes_over() 
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(cut_off.exited(), "op-a exits once it cannot prove it leads");
-    println!("op-b led {took_over:?} after the cut; op-a fenced itself and exited");
+    println!(
+        "op-b led {took_over:?} after the cut; op-a stopped acting {} ms before, then exited",
+        margin.num_milliseconds()
+    );
     let _ = std::fs::remove_file(kubeconfig);
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use flashsale_operator::crd::{FlashSale, SaleState};
+use flashsale_operator::model::crd::{FlashSale, SaleState};
 use flashsale_testkit as stack;
 use flashsale_workload::domain::sale::SaleRef;
 use flashsale_workload::redis::RedisConn;
@@ -72,8 +72,8 @@ async fn a_sale_runs_from_warm_up_to_completed() {
     manifest["spec"]["reconcile"] = serde_json::json!({"interval": "10s"});
     manifest["spec"]["consumers"] = serde_json::json!({"minReplicas": 1, "maxReplicas": 2});
     let fs: FlashSale = serde_json::from_value(manifest).unwrap();
-    let start = flashsale_operator::context::to_chrono(&fs.spec.window.start);
-    let end = flashsale_operator::context::to_chrono(&fs.spec.window.end);
+    let start = flashsale_operator::model::timeline::to_chrono(&fs.spec.window.start);
+    let end = flashsale_operator::model::timeline::to_chrono(&fs.spec.window.end);
     sales.create(&PostParams::default(), &fs).await.unwrap();
     let api = common::ApiProcess::start(&ns, &db_url).await;
 
@@ -195,7 +195,7 @@ async fn a_sale_runs_from_warm_up_to_completed() {
     let last = status
         .last_reconciliation
         .expect("the final reconciliation reported");
-    assert!(flashsale_operator::context::to_chrono(&last.time) >= end);
+    assert!(flashsale_operator::model::timeline::to_chrono(&last.time) >= end);
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let final_job = jobs.get("drop-final-reconcile").await.unwrap();
     assert_eq!(final_job.status.unwrap().succeeded, Some(1));

@@ -12,8 +12,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flashsale_operator::crd::{FlashSale, SaleState};
-use flashsale_operator::outage::MAX_BACKOFF;
+use flashsale_operator::model::crd::{FlashSale, SaleState};
+use flashsale_operator::steps::outage::MAX_BACKOFF;
 use flashsale_testkit as stack;
 use flashsale_testkit::RedisRestart as Restart;
 use flashsale_workload::domain::sale::SaleRef;
@@ -248,7 +248,7 @@ async fn storm_through_a_loss(
     // The operator's own Redis connection is back by its next attempt
     // (within 1.5 × its longest backoff): the status no longer says Degraded.
     let status = || async { sales.get(name).await.unwrap().status.unwrap() };
-    let degraded = |status: &flashsale_operator::crd::FlashSaleStatus| {
+    let degraded = |status: &flashsale_operator::model::crd::FlashSaleStatus| {
         status
             .conditions
             .iter()
@@ -307,20 +307,8 @@ async fn a_storm_survives_a_cluster_master_failing_over() {
             .trim()
             .parse()
             .unwrap();
-        let nodes = cli(&["cluster", "nodes"]);
-        let port = nodes
-            .lines()
-            .filter(|l| l.contains("master") && !l.contains("fail"))
-            .find(|l| {
-                l.split_whitespace().skip(8).any(|range| {
-                    let (a, b) = range.split_once('-').unwrap_or((range, range));
-                    (a.parse().unwrap_or(u16::MAX)..=b.parse().unwrap_or(0)).contains(&slot)
-                })
-            })
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|addr| addr.split(['@', ':']).nth(1))
-            .expect("a master for shard 0")
-            .to_string();
+        let port = stack::cluster_master_port(&cli(&["cluster", "nodes"]), slot)
+            .expect("a master for shard 0");
         let name = format!("redis-cluster-{port}");
         kill(&name);
         Restart("the cluster master", name)

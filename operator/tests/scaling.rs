@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use flashsale_operator::crd::{FlashSale, SaleState};
+use flashsale_operator::model::crd::{FlashSale, SaleState};
 use flashsale_testkit as stack;
 use flashsale_workload::bus::message::OrderMessage;
 use flashsale_workload::bus::{client_config, topics};

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use flashsale_operator::crd::{FlashSale, SaleState};
+use flashsale_operator::model::crd::{FlashSale, SaleState};
 use flashsale_testkit as stack;
 use kube::Api;
 use kube::api::PostParams;

@@ -520,7 +520,7 @@ async fn run_load(args: LoadArgs) -> anyhow::Result<()> {
             .context("no such sale in the database")?;
         println!("waiting for the orders to drain, then checking I1-I6 ...");
         let evidence = load::gather(&db, &store, kafka, &config, &told, args.drain_timeout).await?;
-        let checked = invariants::evaluate(&evidence);
+        let checked = invariants::evaluate(&evidence).verdicts;
         for v in &checked {
             let mark = match v.holds {
                 Some(true) => "ok  ",

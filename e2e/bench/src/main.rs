@@ -199,7 +199,7 @@ async fn main() -> anyhow::Result<()> {
         Duration::from_secs(300),
     )
     .await?;
-    let verdicts = invariants::evaluate(&evidence);
+    let verdicts = invariants::evaluate(&evidence).verdicts;
     for config in [&intake.config, &intake.baseline_sale] {
         sale::remove(&db, &store, config).await?;
     }

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use flashsale_operator::crd::{FlashSale, SaleState};
+use flashsale_operator::model::crd::{FlashSale, SaleState};
 use flashsale_testkit as stack;
 use flashsale_workload::bus::{client_config, topics};
 use flashsale_workload::domain::sale::SaleRef;
@@ -80,7 +80,7 @@ impl Cluster {
         let client = stack::kube_client().await;
         // A fresh stack has no CRD until something installs it.
         anyhow::ensure!(
-            flashsale_operator::crd::install(&client).await?,
+            flashsale_operator::cluster::install::crd(&client).await?,
             "the FlashSale CRD was not established within 20 s"
         );
         let ns = format!("bench-{}", Utc::now().format("%H%M%S"));

@@ -342,18 +342,7 @@ fn cluster_cli(args: &[&str]) -> String {
 
 /// The port of the live master serving `slot`.
 fn master_of(slot: u16) -> Option<String> {
-    cluster_cli(&["cluster", "nodes"])
-        .lines()
-        .filter(|l| l.contains("master") && !l.contains("fail"))
-        .find(|l| {
-            l.split_whitespace().skip(8).any(|range| {
-                let (a, b) = range.split_once('-').unwrap_or((range, range));
-                (a.parse().unwrap_or(u16::MAX)..=b.parse().unwrap_or(0)).contains(&slot)
-            })
-        })
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|addr| addr.split(['@', ':']).nth(1))
-        .map(str::to_string)
+    stack::cluster_master_port(&cluster_cli(&["cluster", "nodes"]), slot)
 }
 
 /// The Cluster master holding `key` killed. When the guard goes, the killed

@@ -9,10 +9,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use flashsale_operator::crd::FlashSale;
+use flashsale_operator::model::crd::FlashSale;
 use flashsale_testkit as stack;
 use flashsale_testkit::procs::{Proc, wait_http};
-use flashsale_workload::domain::invariants::{evaluate, lost_orders};
+use flashsale_workload::domain::invariants::evaluate;
 use flashsale_workload::domain::sale::SaleRef;
 use flashsale_workload::load::evidence::{Told as CheckerTold, gather};
 use flashsale_workload::redis::keys::ShardKeys;
@@ -198,7 +198,7 @@ async fn run_inner(
     std::fs::create_dir_all(dir)?;
     let client = stack::kube_client().await;
     anyhow::ensure!(
-        flashsale_operator::crd::install(&client).await?,
+        flashsale_operator::cluster::install::crd(&client).await?,
         "the FlashSale CRD was not established within 20 s"
     );
     let namespace = stack::unique_name(faults::NAMESPACE_PREFIX);
@@ -368,7 +368,7 @@ async fn run_inner(
     let end = sales
         .get("storm")
         .await
-        .map(|fs| flashsale_operator::context::to_chrono(&fs.spec.window.end))
+        .map(|fs| flashsale_operator::model::timeline::to_chrono(&fs.spec.window.end))
         .unwrap_or(end);
     result
         .timeline
@@ -573,13 +573,13 @@ async fn wait_reconciled(
             // window's end here has milliseconds. A reconciliation 0.2 s
             // after an end at .3 reads as the same second, before the end.
             let end = chrono::SubsecRound::trunc_subsecs(
-                flashsale_operator::context::to_chrono(&fs.spec.window.end),
+                flashsale_operator::model::timeline::to_chrono(&fs.spec.window.end),
                 0,
             );
             let status = fs.status.unwrap_or_default();
             let reconciled = status
                 .last_reconciliation
-                .is_some_and(|r| flashsale_operator::context::to_chrono(&r.time) >= end)
+                .is_some_and(|r| flashsale_operator::model::timeline::to_chrono(&r.time) >= end)
                 && status
                     .conditions
                     .iter()
@@ -625,27 +625,14 @@ async fn check(
         Duration::from_secs(60),
     )
     .await?;
-    let verdicts = evaluate(&evidence);
-    result.invariants = verdicts
+    let checked = evaluate(&evidence);
+    result.invariants = checked
+        .verdicts
         .iter()
         .map(|v| (v.id.to_string(), v.holds, v.detail.clone()))
         .collect();
-    result.orders_lost = lost_orders(&evidence).len();
-    let live: i64 = evidence
-        .orders
-        .values()
-        .filter(|o| o.status.holds_stock())
-        .map(|o| o.quantity)
-        .sum();
-    // Units persisted beyond the stock, and units sold at the door that the
-    // database then refused for want of stock (FAILED orders).
-    let refused: i64 = told
-        .accepted
-        .iter()
-        .filter(|(id, _)| evidence.refused_for_stock.contains(*id))
-        .map(|(_, (_, q))| q)
-        .sum();
-    result.oversold_units = (live - evidence.stock).max(0) + refused;
+    result.orders_lost = checked.figures.lost.len();
+    result.oversold_units = checked.figures.oversold_units;
     let http = reqwest::Client::new();
     for (id, (shopper, _)) in &told.accepted {
         let seen = http
@@ -666,7 +653,7 @@ async fn check(
         };
         result.lookups_failed += usize::from(!ok);
     }
-    result.held = verdicts.iter().all(|v| v.holds == Some(true))
+    result.held = checked.verdicts.iter().all(|v| v.holds == Some(true))
         && result.orders_lost == 0
         && result.oversold_units == 0
         && result.lookups_failed == 0

@@ -1,12 +1,18 @@
 //! Shoppers who retry the way real clients do: each purchase carries an
 //! `Idempotency-Key`, and after a 503, a timeout or a dropped connection
 //! the same key is sent again until a decision (202 or a 4xx) or the end.
+//! Purchases go through the load tool's client.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use flashsale_workload::load::purchases::PurchaseClient;
+use reqwest::header::{HeaderName, HeaderValue};
 use tokio::sync::Mutex;
+
+/// The shopper's identity header of the API's dev mode.
+const USER_ID: HeaderName = HeaderName::from_static("x-user-id");
 
 /// What the shoppers were told, with the instant of every answer.
 #[derive(Debug, Default)]
@@ -71,11 +77,12 @@ pub struct Storm {
 pub async fn run(storm: Storm) -> Told {
     let told = Arc::new(Mutex::new(Told::default()));
     let began = Instant::now();
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .pool_max_idle_per_host(64)
-        .build()
-        .expect("an HTTP client");
+    // The load tool's client; a purchase unanswered after 5 s is retried.
+    let client = Arc::new(
+        PurchaseClient::new(&storm.url, &storm.sale, 2)
+            .expect("the API's URL")
+            .with_timeout(Duration::from_secs(5)),
+    );
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let storm = Arc::new(storm);
     let workers: Vec<_> = (0..storm.concurrency)
@@ -112,52 +119,45 @@ pub async fn run(storm: Storm) -> Told {
 }
 
 async fn shopper(
-    client: &reqwest::Client,
+    client: &PurchaseClient,
     storm: &Storm,
     n: usize,
     began: Instant,
     told: &Mutex<Told>,
 ) {
     let who = format!("shopper-{n}");
-    let key = format!("purchase-{n}");
+    let identity = HeaderValue::from_str(&who).expect("a header value");
+    let key = HeaderValue::from_str(&format!("purchase-{n}")).expect("a header value");
     let quantity = 1 + (n % 2) as i64;
     loop {
-        let sent = client
-            .post(format!("{}/v1/sales/{}/orders", storm.url, storm.sale))
-            .header("x-user-id", &who)
-            .header("idempotency-key", &key)
-            .json(&serde_json::json!({ "quantity": quantity }))
-            .send()
-            .await;
-        let (status, body) = match sent {
-            Ok(response) => {
-                let status = response.status().as_u16();
-                let body: serde_json::Value = response.json().await.unwrap_or_default();
-                (Some(status), body)
-            }
-            Err(_) => (None, serde_json::Value::Null),
-        };
+        let answer = client
+            .purchase((&USER_ID, identity.clone()), quantity, Some(&key))
+            .await
+            .ok();
         let at = began.elapsed().as_secs_f64();
+        let status = answer.as_ref().map(|a| a.status);
+        let code = answer.as_ref().and_then(|a| a.code.clone());
         let decided = status.is_some_and(|s| s == 202 || (400..500).contains(&s));
         let mut t = told.lock().await;
         t.timeline.push((at, decided));
         let label = match status {
-            Some(s) => format!("{s} {}", body["code"].as_str().unwrap_or("")),
+            Some(s) => format!("{s} {}", code.as_deref().unwrap_or("")),
             None => "error".to_string(),
         };
         *t.answers.entry(label.trim().to_string()).or_default() += 1;
-        if body["code"] == "OUTCOME_UNKNOWN"
-            && let Some(id) = body["orderId"].as_str()
+        let order_id = answer.and_then(|a| a.order_id);
+        if code.as_deref() == Some("OUTCOME_UNKNOWN")
+            && let Some(id) = &order_id
         {
-            t.in_doubt.insert(id.to_string());
+            t.in_doubt.insert(id.clone());
         }
         if status == Some(202) {
-            let id = body["orderId"].as_str().unwrap_or_default().to_string();
-            t.accepted.insert(id, (who, quantity));
+            t.accepted
+                .insert(order_id.unwrap_or_default(), (who, quantity));
             return;
         }
         if decided {
-            t.sold_out_seen |= body["code"] == "SOLD_OUT";
+            t.sold_out_seen |= code.as_deref() == Some("SOLD_OUT");
             return;
         }
         drop(t);

@@ -6,6 +6,7 @@
 //! process environment wins, then `.run/env`. A service that is not there is a
 //! failure naming the command that starts it — never a skip.
 
+pub mod house;
 pub mod procs;
 
 use std::collections::HashMap;
@@ -254,6 +255,43 @@ pub fn remove_namespace(namespace: &str) {
     kubectl(&["delete", "namespace", namespace, "--wait=false"]);
 }
 
+/// Polls `check` every 100 ms until it gives a value, or panics after
+/// `timeout` naming `what`.
+pub async fn wait_for<T, F, Fut>(timeout: std::time::Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// The port of the live master serving `slot`, from a Redis Cluster's
+/// `CLUSTER NODES` answer (`id host:port@bus flags master ... 0-5460 ...`).
+pub fn cluster_master_port(nodes: &str, slot: u16) -> Option<String> {
+    nodes
+        .lines()
+        .filter(|l| l.contains("master") && !l.contains("fail"))
+        .find(|l| {
+            l.split_whitespace().skip(8).any(|range| {
+                let (a, b) = range.split_once('-').unwrap_or((range, range));
+                (a.parse().unwrap_or(u16::MAX)..=b.parse().unwrap_or(0)).contains(&slot)
+            })
+        })
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|addr| addr.split(['@', ':']).nth(1))
+        .map(str::to_string)
+}
+
 /// A name no other test run uses, for topics, databases, sales and namespaces:
 /// `prefix-<pid>-<counter>` in lower case.
 pub fn unique_name(prefix: &str) -> String {
@@ -289,6 +327,32 @@ pub async fn fresh_database_url() -> String {
     format!("{server}/{name}")
 }
 
+/// SIGKILLs the container `container_id` (a pod status's `containerID`,
+/// `containerd://…`) on the stack's node, as a crash: the kubelet restarts
+/// it in the same pod. Deleting the pod is no crash (it sends SIGTERM).
+pub fn crash_container(container_id: &str) {
+    let id = container_id
+        .strip_prefix("containerd://")
+        .unwrap_or(container_id);
+    stack_script("node.sh", &["crash", id]);
+}
+
+/// Runs `e2e/stack/SCRIPT ARGS` against this stack; panics with the
+/// script's own words when it fails.
+pub fn stack_script(script: &str, args: &[&str]) {
+    let out = std::process::Command::new(repo_dir().join("e2e/stack").join(script))
+        .args(args)
+        .env("FLASHSALE_RUN", run_dir())
+        .output()
+        .unwrap_or_else(|e| panic!("{script} does not run: {e}"));
+    assert!(
+        out.status.success(),
+        "{script} {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Restarts a killed Redis process of the stack (`redis.sh restart <name>`)
 /// on every exit path, panics included: a killed node comes back empty, a
 /// killed Cluster master or Sentinel primary rejoins as a replica. The first
@@ -298,17 +362,7 @@ pub struct RedisRestart(pub &'static str, pub String);
 impl RedisRestart {
     /// Restarts it now (again on drop: starting a running process is a no-op).
     pub fn now(&self) {
-        let out = std::process::Command::new(repo_dir().join("e2e/stack/redis.sh"))
-            .args(["restart", &self.1])
-            .env("FLASHSALE_RUN", run_dir())
-            .output()
-            .expect("redis.sh runs");
-        assert!(
-            out.status.success(),
-            "{} restart failed: {}",
-            self.0,
-            String::from_utf8_lossy(&out.stderr)
-        );
+        stack_script("redis.sh", &["restart", &self.1]);
     }
 }
 
@@ -361,5 +415,29 @@ mod tests {
         assert_eq!(parsed["PLAIN"], "x");
         assert_eq!(parsed["EMPTY"], "");
         assert!(!parsed.contains_key("# comment"));
+    }
+
+    #[test]
+    fn the_master_of_a_slot_is_the_live_one_that_serves_it() {
+        let nodes = "\
+a1 127.0.0.1:17001@27001 myself,master - 0 0 1 connected 0-5460
+b2 127.0.0.1:17002@27002 master,fail - 0 0 2 connected 5461-10922
+c3 127.0.0.1:17005@27005 master - 0 0 7 connected 5461-10922
+d4 127.0.0.1:17003@27003 master - 0 0 3 connected 10923-16383
+e5 127.0.0.1:17004@27004 slave a1 0 0 1 connected
+";
+        for (slot, port) in [
+            (0, "17001"),
+            (5460, "17001"),
+            (5461, "17005"),
+            (16383, "17003"),
+        ] {
+            assert_eq!(
+                cluster_master_port(nodes, slot).as_deref(),
+                Some(port),
+                "slot {slot}"
+            );
+        }
+        assert_eq!(cluster_master_port("", 7), None);
     }
 }

@@ -5,7 +5,7 @@ use kube::CustomResourceExt;
 fn main() {
     print!(
         "{}",
-        serde_saphyr::to_string(&flashsale_operator::crd::FlashSale::crd())
+        serde_saphyr::to_string(&flashsale_operator::model::crd::FlashSale::crd())
             .expect("the CRD serializes")
     );
 }

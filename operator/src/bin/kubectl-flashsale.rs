@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand};
 use flashsale_operator::cli::{self, EventLine};
-use flashsale_operator::crd::FlashSale;
+use flashsale_operator::model::crd::FlashSale;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
@@ -203,7 +203,7 @@ async fn recent_events(
         .map(|e| EventLine {
             at: e
                 .last_timestamp
-                .map(|t| flashsale_operator::context::to_chrono(&t))
+                .map(|t| flashsale_operator::model::timeline::to_chrono(&t))
                 .or_else(|| {
                     e.event_time.map(|t| {
                         DateTime::from_timestamp_micros(t.0.as_microsecond()).unwrap_or_default()

@@ -4,9 +4,9 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use flashsale_operator::crd::{FlashSale, SaleState};
+use flashsale_operator::model::crd::{FlashSale, SaleState};
 use flashsale_testkit as stack;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::PostParams;
@@ -19,7 +19,7 @@ pub async fn client() -> Client {
 
 /// Installs (server-side applies) the FlashSale CRD and waits until it is served.
 pub async fn install_crd(client: &Client) {
-    let established = flashsale_operator::crd::install(client)
+    let established = flashsale_operator::cluster::install::crd(client)
         .await
         .unwrap_or_else(|e| {
             panic!(
@@ -75,24 +75,7 @@ pub async fn namespace_labelled(client: &Client, labels: serde_json::Value) -> T
     TestNamespace(name)
 }
 
-/// Polls `check` every 100 ms until it gives a value, or panics after `timeout`.
-pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+pub use stack::wait_for;
 
 /// Where cargo put the workspace's binaries (next to this test's `deps/`).
 pub fn bin(name: &str) -> PathBuf {
@@ -156,12 +139,14 @@ impl Operator {
         )
     }
 
-    /// Starts an operator that reaches the API server through `kubeconfig`.
+    /// Starts an operator that reaches the API server through `kubeconfig`,
+    /// serving /readyz and /metrics on `listen`.
     pub fn start_with_kubeconfig(
         namespace: &str,
         database_url: &str,
         identity: &str,
         kubeconfig: &std::path::Path,
+        listen: &str,
     ) -> Self {
         Self::spawn_with(
             namespace,
@@ -172,7 +157,7 @@ impl Operator {
             TEST_IMAGE,
             &stack::redis_url(),
             kubeconfig,
-            "127.0.0.1:0",
+            listen,
         )
     }
 

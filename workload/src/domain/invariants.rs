@@ -64,122 +64,92 @@ fn verdict(id: &'static str, name: &'static str, holds: Option<bool>, detail: St
     }
 }
 
+/// The figures the invariants judge, for a report beside the verdicts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Figures {
+    /// Units the shoppers were told were accepted.
+    pub accepted_units: i64,
+    /// Of those, units given back later (cancelled, refunded, failed, released).
+    pub returned_units: i64,
+    /// Units in orders that hold stock.
+    pub persisted_units: i64,
+    /// Accepted units the database refused for want of stock.
+    pub refused_units: i64,
+    /// Units sold beyond the stock: persisted over it, plus `refused_units`.
+    pub oversold_units: i64,
+    /// Most units one shopper holds by the answers (net of returns).
+    pub most_accepted_by_one: i64,
+    /// Most units one shopper holds in the database.
+    pub most_persisted_by_one: i64,
+    /// Accepted orders not persisted as a live or settled order (I3).
+    pub lost: Vec<String>,
+    /// Orders in the database never accepted nor in doubt (I4).
+    pub phantom: Vec<String>,
+    /// Redis's remaining units, the database's unsold units, and how many
+    /// shoppers' units differ; `None` once the Redis state is cleaned up (I6).
+    pub convergence: Option<(i64, i64, usize)>,
+}
+
+/// The invariants' verdicts and the figures behind them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Evaluation {
+    /// The numbers.
+    pub figures: Figures,
+    /// I1–I6, in order.
+    pub verdicts: Vec<Verdict>,
+}
+
 /// Evaluates I1–I6.
-pub fn evaluate(e: &Evidence) -> Vec<Verdict> {
-    let live_units: i64 = e
+pub fn evaluate(e: &Evidence) -> Evaluation {
+    let f = figures(e);
+    let verdicts = vec![
+        no_oversell(e, &f),
+        no_over_limit(e, &f),
+        no_lost_order(e, &f),
+        no_phantom_order(e, &f),
+        sell_through(e, &f),
+        convergence(&f),
+    ];
+    Evaluation {
+        figures: f,
+        verdicts,
+    }
+}
+
+/// Whether an accepted order's units went back (cancelled, refunded,
+/// failed, or released in Redis).
+fn returned(e: &Evidence, id: &String) -> bool {
+    e.released.contains(id) || e.orders.get(id).is_some_and(|o| !o.status.holds_stock())
+}
+
+/// The figures of `e`.
+pub fn figures(e: &Evidence) -> Figures {
+    let persisted_units: i64 = e
         .orders
         .values()
         .filter(|o| o.status.holds_stock())
         .map(|o| o.quantity)
         .sum();
-    let accepted_units: i64 = e.accepted.values().map(|(_, q)| q).sum();
-    // Units accepted and later given back (cancelled, refunded, failed, released).
-    let returned_units: i64 = e
-        .accepted
-        .iter()
-        .filter(|(id, _)| {
-            e.released.contains(*id) || e.orders.get(*id).is_some_and(|o| !o.status.holds_stock())
-        })
-        .map(|(_, (_, q))| q)
-        .sum();
-    let net_accepted = accepted_units - returned_units;
+    let units = |keep: &dyn Fn(&String) -> bool| -> i64 {
+        e.accepted
+            .iter()
+            .filter(|(id, _)| keep(id))
+            .map(|(_, (_, q))| q)
+            .sum()
+    };
     // A FAILED order gives its units back, but one the database refused for
     // want of stock was sold without a unit: an oversell the shopper was
     // told was a purchase, whatever the arbiter kept out of the table.
-    let oversold_units: i64 = e
-        .accepted
-        .iter()
-        .filter(|(id, _)| e.refused_for_stock.contains(*id))
-        .map(|(_, (_, q))| q)
-        .sum();
-
-    let i1 = verdict(
-        "I1",
-        "no oversell",
-        Some(
-            net_accepted <= e.stock
-                && oversold_units == 0
-                && live_units <= e.stock
-                && e.sold <= e.stock,
-        ),
-        format!(
-            "stock {}, accepted {accepted_units} (net {net_accepted}, {oversold_units} refused by the database for want of stock), persisted {live_units}, sold column {}",
-            e.stock, e.sold
-        ),
-    );
-
+    let refused_units = units(&|id| e.refused_for_stock.contains(id));
     let mut net_by_shopper: BTreeMap<&str, i64> = BTreeMap::new();
     for (id, (shopper, q)) in &e.accepted {
-        let returned =
-            e.released.contains(id) || e.orders.get(id).is_some_and(|o| !o.status.holds_stock());
-        if !returned {
+        if !returned(e, id) {
             *net_by_shopper.entry(shopper).or_default() += q;
         }
     }
-    let worst_accepted = net_by_shopper.values().copied().max().unwrap_or_default();
-    let worst_db = e.shopper_units.values().copied().max().unwrap_or_default();
-    let i2 = verdict(
-        "I2",
-        "no over-limit",
-        Some(worst_accepted <= e.limit && worst_db <= e.limit),
-        format!(
-            "limit {}, most held: {worst_accepted} accepted, {worst_db} in the database",
-            e.limit
-        ),
-    );
-
-    let lost = lost_orders(e);
-    let i3 = verdict(
-        "I3",
-        "no lost order",
-        Some(lost.is_empty()),
-        format!(
-            "{} accepted, {} not persisted as an order (released, FAILED or missing){}",
-            e.accepted.len(),
-            lost.len(),
-            sample(&lost)
-        ),
-    );
-
-    let phantom: Vec<&String> = e
-        .orders
-        .keys()
-        .filter(|id| !e.accepted.contains_key(*id) && !e.in_doubt.contains(*id))
-        .collect();
-    let i4 = verdict(
-        "I4",
-        "no phantom order",
-        Some(phantom.is_empty()),
-        format!(
-            "{} orders in the database, {} never accepted{}",
-            e.orders.len(),
-            phantom.len(),
-            sample(&phantom)
-        ),
-    );
-
-    let i5 = if e.sold_out_seen {
-        verdict(
-            "I5",
-            "sell-through",
-            Some(accepted_units >= e.stock),
-            format!(
-                "SOLD_OUT was answered; {accepted_units} of {} units were accepted",
-                e.stock
-            ),
-        )
-    } else {
-        verdict(
-            "I5",
-            "sell-through",
-            Some(true),
-            "demand never exceeded stock".into(),
-        )
-    };
-
-    let i6 = match (&e.redis_remaining, &e.redis_units) {
+    let convergence = match (&e.redis_remaining, &e.redis_units) {
         (Some(remaining), Some(units)) => {
-            let expected = e.stock - live_units;
             let shoppers: BTreeSet<&String> = units.keys().chain(e.shopper_units.keys()).collect();
             let differing = shoppers
                 .into_iter()
@@ -188,23 +158,124 @@ pub fn evaluate(e: &Evidence) -> Vec<Verdict> {
                         != e.shopper_units.get(*s).copied().unwrap_or_default()
                 })
                 .count();
-            verdict(
-                "I6",
-                "convergence",
-                Some(*remaining == expected && differing == 0),
-                format!(
-                    "Redis holds {remaining} units, the database leaves {expected}; {differing} shoppers' units differ"
-                ),
-            )
+            Some((*remaining, e.stock - persisted_units, differing))
         }
-        _ => verdict(
+        _ => None,
+    };
+    Figures {
+        accepted_units: units(&|_| true),
+        returned_units: units(&|id| returned(e, id)),
+        persisted_units,
+        refused_units,
+        oversold_units: (persisted_units - e.stock).max(0) + refused_units,
+        most_accepted_by_one: net_by_shopper.values().copied().max().unwrap_or_default(),
+        most_persisted_by_one: e.shopper_units.values().copied().max().unwrap_or_default(),
+        lost: lost_orders(e).into_iter().cloned().collect(),
+        phantom: e
+            .orders
+            .keys()
+            .filter(|id| !e.accepted.contains_key(*id) && !e.in_doubt.contains(*id))
+            .cloned()
+            .collect(),
+        convergence,
+    }
+}
+
+fn no_oversell(e: &Evidence, f: &Figures) -> Verdict {
+    let net_accepted = f.accepted_units - f.returned_units;
+    verdict(
+        "I1",
+        "no oversell",
+        Some(
+            net_accepted <= e.stock
+                && f.refused_units == 0
+                && f.persisted_units <= e.stock
+                && e.sold <= e.stock,
+        ),
+        format!(
+            "stock {}, accepted {} (net {net_accepted}, {} refused by the database for want of stock), persisted {}, sold column {}",
+            e.stock, f.accepted_units, f.refused_units, f.persisted_units, e.sold
+        ),
+    )
+}
+
+fn no_over_limit(e: &Evidence, f: &Figures) -> Verdict {
+    verdict(
+        "I2",
+        "no over-limit",
+        Some(f.most_accepted_by_one <= e.limit && f.most_persisted_by_one <= e.limit),
+        format!(
+            "limit {}, most held: {} accepted, {} in the database",
+            e.limit, f.most_accepted_by_one, f.most_persisted_by_one
+        ),
+    )
+}
+
+fn no_lost_order(e: &Evidence, f: &Figures) -> Verdict {
+    verdict(
+        "I3",
+        "no lost order",
+        Some(f.lost.is_empty()),
+        format!(
+            "{} accepted, {} not persisted as an order (released, FAILED or missing){}",
+            e.accepted.len(),
+            f.lost.len(),
+            sample(&f.lost)
+        ),
+    )
+}
+
+fn no_phantom_order(e: &Evidence, f: &Figures) -> Verdict {
+    verdict(
+        "I4",
+        "no phantom order",
+        Some(f.phantom.is_empty()),
+        format!(
+            "{} orders in the database, {} never accepted{}",
+            e.orders.len(),
+            f.phantom.len(),
+            sample(&f.phantom)
+        ),
+    )
+}
+
+fn sell_through(e: &Evidence, f: &Figures) -> Verdict {
+    if !e.sold_out_seen {
+        return verdict(
+            "I5",
+            "sell-through",
+            Some(true),
+            "demand never exceeded stock".into(),
+        );
+    }
+    verdict(
+        "I5",
+        "sell-through",
+        Some(f.accepted_units >= e.stock),
+        format!(
+            "SOLD_OUT was answered; {} of {} units were accepted",
+            f.accepted_units, e.stock
+        ),
+    )
+}
+
+fn convergence(f: &Figures) -> Verdict {
+    match f.convergence {
+        Some((remaining, expected, differing)) => verdict(
+            "I6",
+            "convergence",
+            Some(remaining == expected && differing == 0),
+            format!(
+                "Redis holds {remaining} units, the database leaves {expected}; {differing} shoppers' units differ"
+            ),
+        ),
+        None => verdict(
             "I6",
             "convergence",
             None,
             "the sale's Redis state is already cleaned up".into(),
         ),
-    };
-    vec![i1, i2, i3, i4, i5, i6]
+    }
 }
 
 /// The accepted orders their shoppers lost: every 202 must become an order
@@ -212,7 +283,7 @@ pub fn evaluate(e: &Evidence) -> Vec<Verdict> {
 /// (its message dropped or never written), one FAILED (refused by the
 /// database, or dead-lettered) and one missing altogether are each a promise
 /// broken.
-pub fn lost_orders(e: &Evidence) -> Vec<&String> {
+fn lost_orders(e: &Evidence) -> Vec<&String> {
     e.accepted
         .keys()
         .filter(|id| {
@@ -223,7 +294,7 @@ pub fn lost_orders(e: &Evidence) -> Vec<&String> {
         .collect()
 }
 
-fn sample(ids: &[&String]) -> String {
+fn sample(ids: &[String]) -> String {
     match ids.first() {
         Some(id) => format!(" (e.g. {id})"),
         None => String::new(),
@@ -275,6 +346,7 @@ mod tests {
 
     fn failing(e: &Evidence) -> Vec<&'static str> {
         evaluate(e)
+            .verdicts
             .into_iter()
             .filter(|v| v.holds == Some(false))
             .map(|v| v.id)
@@ -284,7 +356,7 @@ mod tests {
     #[test]
     fn a_clean_run_holds_everything() {
         assert_eq!(failing(&clean()), Vec::<&str>::new());
-        assert!(all_hold(&evaluate(&clean())));
+        assert!(all_hold(&evaluate(&clean()).verdicts));
     }
 
     #[test]
@@ -395,8 +467,27 @@ mod tests {
         let mut e = clean();
         e.redis_remaining = None;
         e.redis_units = None;
-        let verdicts = evaluate(&e);
+        let verdicts = evaluate(&e).verdicts;
         assert_eq!(verdicts[5].holds, None);
         assert!(all_hold(&verdicts));
+    }
+
+    #[test]
+    fn the_figures_count_what_the_verdicts_judge() {
+        assert_eq!(evaluate(&clean()).figures.oversold_units, 0);
+        // Two units persisted beyond the stock, one refused by the database.
+        let mut e = clean();
+        e.accepted.insert("c".into(), ("carol".into(), 2));
+        e.orders
+            .insert("c".into(), order("carol", 2, OrderStatus::Unpaid));
+        e.accepted.insert("d".into(), ("dave".into(), 1));
+        e.orders
+            .insert("d".into(), order("dave", 1, OrderStatus::Failed));
+        e.refused_for_stock.insert("d".into());
+        let f = evaluate(&e).figures;
+        assert_eq!((f.accepted_units, f.persisted_units), (6, 5));
+        assert_eq!((f.refused_units, f.oversold_units), (1, 3));
+        assert_eq!(f.lost, vec!["d".to_string()], "a FAILED order is lost");
+        assert!(f.phantom.is_empty());
     }
 }

@@ -209,13 +209,29 @@ fn letter(state: ReservationState) -> char {
 }
 
 /// What differs and how to repair it. Deterministic: same observation, same
-/// findings in the same order.
+/// findings in the same order. Four passes: transfers, reservations against
+/// orders, shoppers' units, the stock total; the later ones run only once the
+/// group is drained, and count what the earlier ones release.
 pub fn plan(obs: &Observation, policy: &Policy) -> Vec<Finding> {
     let mut findings = Vec::new();
-    let shards = obs.shards.len() as u32;
-    let age = |ms: i64| obs.now_ms - ms;
+    let in_transit = transfers(obs, policy, &mut findings);
+    let tally = reservations(obs, policy, &mut findings);
+    missing_reservations(obs, &mut findings);
+    if !obs.drained {
+        return findings;
+    }
+    shopper_units(obs, &tally, &mut findings);
+    stock_total(
+        obs,
+        in_transit + tally.released_units,
+        tally.pending_units,
+        &mut findings,
+    );
+    findings
+}
 
-    // Transfers: finish abandoned ones.
+/// Finishes abandoned transfers; the units still in transit.
+fn transfers(obs: &Observation, policy: &Policy, findings: &mut Vec<Finding>) -> i64 {
     let credited: HashSet<&str> = obs
         .shards
         .iter()
@@ -228,7 +244,7 @@ pub fn plan(obs: &Observation, policy: &Policy) -> Vec<Finding> {
                 continue;
             }
             in_transit += out.amount;
-            if age(out.created_ms) > policy.transfer_finish_age_ms {
+            if obs.now_ms - out.created_ms > policy.transfer_finish_age_ms {
                 findings.push(Finding {
                     kind: "TransferUnfinished",
                     detail: format!(
@@ -246,14 +262,29 @@ pub fn plan(obs: &Observation, policy: &Policy) -> Vec<Finding> {
             }
         }
     }
+    in_transit
+}
 
-    // Reservations against orders.
-    let mut pending_units = 0;
-    let mut released_units = 0;
-    let mut pending_by_shopper: HashMap<&str, i64> = HashMap::new();
-    let mut released_by_shopper: HashMap<&str, i64> = HashMap::new();
+/// What the reservation pass counted, for the passes after it.
+#[derive(Default)]
+struct Tally<'a> {
+    /// Units of reservations whose message may still be in flight.
+    pending_units: i64,
+    /// Units this plan releases.
+    released_units: i64,
+    pending_by_shopper: HashMap<&'a str, i64>,
+    released_by_shopper: HashMap<&'a str, i64>,
+}
+
+/// Releases reservations of ended orders, and (drained) of orders that never
+/// reached the database.
+fn reservations<'a>(
+    obs: &'a Observation,
+    policy: &Policy,
+    findings: &mut Vec<Finding>,
+) -> Tally<'a> {
+    let mut tally = Tally::default();
     for (shard, snap) in obs.shards.iter().enumerate() {
-        let shard = shard as u32;
         for (id, r) in &snap.reservations {
             if r.state == ReservationState::Released {
                 continue;
@@ -264,7 +295,7 @@ pub fn plan(obs: &Observation, policy: &Policy) -> Vec<Finding> {
                 drift: true,
                 repair: Repair::Release {
                     order_id: id.clone(),
-                    shard,
+                    shard: shard as u32,
                     expected: letter(r.state),
                     min_age_ms,
                 },
@@ -280,7 +311,9 @@ pub fn plan(obs: &Observation, policy: &Policy) -> Vec<Finding> {
                     ),
                     0,
                 )),
-                None if obs.drained && age(r.created_ms) > policy.reservation_min_age_ms => {
+                None if obs.drained
+                    && obs.now_ms - r.created_ms > policy.reservation_min_age_ms =>
+                {
                     Some(release(
                         match r.state {
                             ReservationState::Reserved => "ReservationAbandoned",
@@ -295,18 +328,23 @@ pub fn plan(obs: &Observation, policy: &Policy) -> Vec<Finding> {
                     ))
                 }
                 None => {
-                    pending_units += r.quantity;
-                    *pending_by_shopper.entry(&r.shopper).or_default() += r.quantity;
+                    tally.pending_units += r.quantity;
+                    *tally.pending_by_shopper.entry(&r.shopper).or_default() += r.quantity;
                     None
                 }
             };
             if let Some(f) = finding {
-                released_units += r.quantity;
-                *released_by_shopper.entry(&r.shopper).or_default() += r.quantity;
+                tally.released_units += r.quantity;
+                *tally.released_by_shopper.entry(&r.shopper).or_default() += r.quantity;
                 findings.push(f);
             }
         }
     }
+    tally
+}
+
+/// Restores the reservation of a persisted order that Redis lost.
+fn missing_reservations(obs: &Observation, findings: &mut Vec<Finding>) {
     for (id, order) in &obs.db.orders {
         let present = obs
             .shards
@@ -331,12 +369,14 @@ pub fn plan(obs: &Observation, policy: &Policy) -> Vec<Finding> {
             });
         }
     }
-    if !obs.drained {
-        return findings;
-    }
+}
 
-    // Shoppers' units: the database's count plus what is pending, in the
-    // shopper's home shard (after the releases above).
+/// Shoppers' units: the database's count plus what is pending, in the
+/// shopper's home shard (after the releases of the reservation pass).
+fn shopper_units(obs: &Observation, tally: &Tally<'_>, findings: &mut Vec<Finding>) {
+    let shards = obs.shards.len() as u32;
+    let count =
+        |map: &HashMap<&str, i64>, shopper: &str| map.get(shopper).copied().unwrap_or_default();
     for (shard, snap) in obs.shards.iter().enumerate() {
         let shard = shard as u32;
         let homed_here = |s: &&str| home_shard(s, shards) == shard;
@@ -348,20 +388,17 @@ pub fn plan(obs: &Observation, policy: &Policy) -> Vec<Finding> {
                 .map(String::as_str)
                 .filter(homed_here),
         );
-        shoppers.extend(pending_by_shopper.keys().copied().filter(homed_here));
+        shoppers.extend(tally.pending_by_shopper.keys().copied().filter(homed_here));
         for shopper in shoppers {
             let redis = snap.units.get(shopper).copied().unwrap_or_default()
-                - released_by_shopper
-                    .get(shopper)
-                    .copied()
-                    .unwrap_or_default();
+                - count(&tally.released_by_shopper, shopper);
             let expected = obs
                 .db
                 .shopper_units
                 .get(shopper)
                 .copied()
                 .unwrap_or_default()
-                + pending_by_shopper.get(shopper).copied().unwrap_or_default();
+                + count(&tally.pending_by_shopper, shopper);
             if redis != expected {
                 findings.push(Finding {
                     kind: "ShopperUnits",
@@ -378,15 +415,18 @@ pub fn plan(obs: &Observation, policy: &Policy) -> Vec<Finding> {
             }
         }
     }
+}
 
-    // The stock total: what Redis can still sell must be what the database
-    // has not sold and no pending order holds — compared only when both sides
-    // hold the same stock generation. Otherwise a stock change is half-way
-    // (the operator finishes it: a restock raises the database first, a
-    // shrink takes units out of Redis first), and repairing toward either
-    // side would apply it twice.
+/// The stock total: what Redis can still sell (its stocks plus `outside`:
+/// units in transit or released by this plan) must be what the database has
+/// not sold and no pending order holds — compared only when both sides hold
+/// the same stock generation. Otherwise a stock change is half-way (the
+/// operator finishes it: a restock raises the database first, a shrink takes
+/// units out of Redis first), and repairing toward either side would apply
+/// it twice.
+fn stock_total(obs: &Observation, outside: i64, pending_units: i64, findings: &mut Vec<Finding>) {
     if obs.redis_generation != Some(obs.db.generation) {
-        return findings;
+        return;
     }
     let withdrawn: i64 = obs
         .shards
@@ -395,22 +435,22 @@ pub fn plan(obs: &Observation, policy: &Policy) -> Vec<Finding> {
         .filter_map(|(id, record)| active_withdrawal(id, record, obs.db.generation))
         .sum();
     let stocks: Vec<i64> = obs.shards.iter().map(|s| s.stock).collect();
-    let redis_available = stocks.iter().sum::<i64>() + in_transit + released_units + withdrawn;
+    let redis_available = stocks.iter().sum::<i64>() + outside + withdrawn;
     let expected_available = obs.db.stock - obs.db.sold - pending_units;
     let delta = expected_available - redis_available;
-    if delta != 0 {
-        for (shard, part) in distribute(delta, &stocks) {
-            findings.push(Finding {
-                kind: "StockTotal",
-                detail: format!(
-                    "Redis can sell {redis_available} units, the database says {expected_available}"
-                ),
-                drift: true,
-                repair: Repair::AdjustStock { shard, delta: part },
-            });
-        }
+    if delta == 0 {
+        return;
     }
-    findings
+    for (shard, part) in distribute(delta, &stocks) {
+        findings.push(Finding {
+            kind: "StockTotal",
+            detail: format!(
+                "Redis can sell {redis_available} units, the database says {expected_available}"
+            ),
+            drift: true,
+            repair: Repair::AdjustStock { shard, delta: part },
+        });
+    }
 }
 
 /// Units held by reservations (R or C) whose order the database does not

@@ -4,7 +4,7 @@
 //! a JSON report, and the invariants I1–I6 checked against the stores after.
 
 pub mod evidence;
-mod purchases;
+pub mod purchases;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -193,17 +193,20 @@ impl Shared {
     async fn purchase(self: &Arc<Self>, i: usize) {
         let quantity = rand::rng().random_range(1..=self.config.max_quantity.max(1));
         let sent = Instant::now();
-        let (outcome, order, answered) =
-            match self.purchases.purchase(self.identity(i), quantity).await {
-                Ok(answer) if answer.status == 202 => ("202".to_string(), answer.order_id, None),
-                Ok(answer) => (
-                    format!("{} {}", answer.status, answer.code.unwrap_or_default()),
-                    None,
-                    answer.order_id,
-                ),
-                Err(purchases::NoAnswer::Timeout) => ("ERROR timeout".to_string(), None, None),
-                Err(purchases::NoAnswer::Connect) => ("ERROR connect".to_string(), None, None),
-            };
+        let (outcome, order, answered) = match self
+            .purchases
+            .purchase(self.identity(i), quantity, None)
+            .await
+        {
+            Ok(answer) if answer.status == 202 => ("202".to_string(), answer.order_id, None),
+            Ok(answer) => (
+                format!("{} {}", answer.status, answer.code.unwrap_or_default()),
+                None,
+                answer.order_id,
+            ),
+            Err(purchases::NoAnswer::Timeout) => ("ERROR timeout".to_string(), None, None),
+            Err(purchases::NoAnswer::Connect) => ("ERROR connect".to_string(), None, None),
+        };
         let latency = sent.elapsed();
         self.record(&outcome, latency);
         self.progress.inc(1);

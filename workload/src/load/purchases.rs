@@ -14,11 +14,13 @@ use hyper::header::{CONTENT_TYPE, HOST, HeaderName, HeaderValue};
 use hyper::{Method, Request, Uri};
 use serde::Deserialize;
 
-/// Longest a purchase may take, connection included.
+/// Longest a purchase may take, connection included, unless told otherwise.
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// The API closes a connection idle for its header timeout (5 s by
 /// default); one idle longer than this is not used again.
 const IDLE: Duration = Duration::from_secs(2);
+/// The header that makes a retried purchase the same purchase.
+const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
 /// What a purchase was answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +50,7 @@ pub struct PurchaseClient {
     /// The body asking for `i + 1` units.
     bodies: Vec<Bytes>,
     idle: Mutex<Vec<(SendRequest<Full<Bytes>>, Instant)>>,
+    timeout: Duration,
 }
 
 #[derive(Deserialize)]
@@ -87,24 +90,36 @@ impl PurchaseClient {
                 .map(|q| Bytes::from(format!("{{\"quantity\":{q}}}")))
                 .collect(),
             idle: Mutex::new(Vec::new()),
+            timeout: TIMEOUT,
         })
     }
 
-    /// Buys `quantity` units as the shopper whose identity is `identity`.
+    /// The same client, giving up on a purchase after `timeout`.
+    pub fn with_timeout(self, timeout: Duration) -> Self {
+        Self { timeout, ..self }
+    }
+
+    /// Buys `quantity` units as the shopper whose identity is `identity`,
+    /// with an `Idempotency-Key` if given (a retry sends the same one).
     pub async fn purchase(
         &self,
         identity: (&HeaderName, HeaderValue),
         quantity: i64,
+        idempotency_key: Option<&HeaderValue>,
     ) -> Result<Answer, NoAnswer> {
         let body = self.bodies[(quantity.max(1) as usize - 1).min(self.bodies.len() - 1)].clone();
         let exchange = async {
             let mut sender = self.connection().await?;
-            let request = Request::builder()
+            let mut request = Request::builder()
                 .method(Method::POST)
                 .uri(self.path.clone())
                 .header(HOST, self.host.clone())
                 .header(identity.0, identity.1)
-                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            if let Some(key) = idempotency_key {
+                request = request.header(IDEMPOTENCY_KEY, key.clone());
+            }
+            let request = request
                 .body(Full::new(body))
                 .map_err(|_| NoAnswer::Connect)?;
             let response = sender
@@ -121,7 +136,7 @@ impl PurchaseClient {
             self.give_back(sender);
             Ok((status, bytes))
         };
-        let (status, bytes) = tokio::time::timeout(TIMEOUT, exchange)
+        let (status, bytes) = tokio::time::timeout(self.timeout, exchange)
             .await
             .map_err(|_| NoAnswer::Timeout)??;
         let body: Option<Body<'_>> = serde_json::from_slice(&bytes).ok();

@@ -1,6 +1,8 @@
 //! The `orders` table.
 
 use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use sqlx::{FromRow, PgExecutor, Row};
 use uuid::Uuid;
 
@@ -557,29 +559,44 @@ pub async fn forget_stock_returns(db: &sqlx::PgPool, order_ids: &[Uuid]) -> sqlx
     Ok(())
 }
 
-/// A sale's orders in units, by what became of them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct OrdersSummary {
-    /// Orders persisted.
+/// The orders of a sale that is over, in units, as PostgreSQL holds them:
+/// the merchant's summary in the FlashSale's status.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SaleSummary {
+    /// Orders persisted, whatever became of them.
     pub orders: i64,
+    /// Units in live orders: paid or awaiting payment.
+    pub sold: i64,
     /// Units paid.
     pub paid: i64,
-    /// Units awaiting payment.
+    /// Units still awaiting payment.
     pub unpaid: i64,
-    /// Units cancelled or refunded by the shoppers.
+    /// Units the shoppers cancelled (refunds included), back in stock.
     pub cancelled: i64,
-    /// Units cancelled by the payment timeout.
+    /// Units whose payment timed out, back in stock.
     pub timed_out: i64,
-    /// Units FAILED.
+    /// Units the pipeline could not persist, back in stock.
     pub failed: i64,
-    /// The most units one shopper holds.
+    /// The most units one shopper holds (at most the purchase limit: I2).
     pub most_by_one_shopper: i64,
-    /// Units accepted per minute (the minute's start), minutes that sold.
-    pub per_minute: Vec<(DateTime<Utc>, i64)>,
+    /// Units accepted per minute of the window, for minutes that sold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_minute: Vec<MinuteSales>,
+}
+
+/// Units accepted in one minute.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MinuteSales {
+    /// The minute's first instant.
+    pub minute: DateTime<Utc>,
+    /// Units accepted in it.
+    pub units: i64,
 }
 
 /// The summary of `sale_id`'s orders (a few aggregate queries).
-pub async fn summary(db: &sqlx::PgPool, sale_id: Uuid) -> sqlx::Result<OrdersSummary> {
+pub async fn summary(db: &sqlx::PgPool, sale_id: Uuid) -> sqlx::Result<SaleSummary> {
     let by_status: Vec<(String, bool, i64, i64)> = sqlx::query_as(
         "SELECT status, coalesce(failure_reason = 'payment timeout', false),
                 count(*), sum(quantity)::bigint
@@ -588,7 +605,7 @@ pub async fn summary(db: &sqlx::PgPool, sale_id: Uuid) -> sqlx::Result<OrdersSum
     .bind(sale_id)
     .fetch_all(db)
     .await?;
-    let mut summary = OrdersSummary::default();
+    let mut summary = SaleSummary::default();
     for (status, timed_out, orders, units) in by_status {
         summary.orders += orders;
         let bucket = match (OrderStatus::parse(&status), timed_out) {
@@ -606,12 +623,17 @@ pub async fn summary(db: &sqlx::PgPool, sale_id: Uuid) -> sqlx::Result<OrdersSum
     .bind(sale_id)
     .fetch_one(db)
     .await?;
-    summary.per_minute = sqlx::query_as(
+    summary.sold = summary.paid + summary.unpaid;
+    let per_minute: Vec<(DateTime<Utc>, i64)> = sqlx::query_as(
         "SELECT date_trunc('minute', accepted_at), sum(quantity)::bigint
          FROM orders WHERE sale_id = $1 GROUP BY 1 ORDER BY 1",
     )
     .bind(sale_id)
     .fetch_all(db)
     .await?;
+    summary.per_minute = per_minute
+        .into_iter()
+        .map(|(minute, units)| MinuteSales { minute, units })
+        .collect();
     Ok(summary)
 }

@@ -9,6 +9,10 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use flashsale_workload::orders::order::SaleSummary;
+
+use super::timeline::{Timeline, to_chrono};
+
 /// A flash sale: stock of one SKU sold in a time window, at most
 /// `purchaseLimit` units per shopper.
 #[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
@@ -337,48 +341,14 @@ pub enum SaleState {
     Failed,
 }
 
-/// Server-side applies the FlashSale CRD and waits up to 20 s until the API
-/// server serves it; whether it does. For the tests, the benchmark and the
-/// chaos runner: installations get the CRD from the chart.
-pub async fn install(client: &kube::Client) -> Result<bool, kube::Error> {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    use kube::CustomResourceExt;
-    use kube::api::{Api, Patch, PatchParams};
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = FlashSale::crd();
-    let name = crd.metadata.name.clone().unwrap_or_default();
-    crds.patch(
-        &name,
-        &PatchParams::apply(crate::context::MANAGER).force(),
-        &Patch::Apply(crd),
-    )
-    .await?;
-    for _ in 0..80 {
-        let established = crds
-            .get(&name)
-            .await?
-            .status
-            .and_then(|s| s.conditions)
-            .is_some_and(|c| {
-                c.iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            });
-        if established {
-            return Ok(true);
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-    }
-    Ok(false)
-}
-
 impl FlashSaleSpec {
     /// The sale's instants: warm-up, start, end, cleanup, and how often it
     /// is reconciled and its lag read.
-    pub fn timeline(&self) -> crate::plan::Timeline {
-        let start = crate::context::to_chrono(&self.window.start);
-        let end = crate::context::to_chrono(&self.window.end);
+    pub fn timeline(&self) -> Timeline {
+        let start = to_chrono(&self.window.start);
+        let end = to_chrono(&self.window.end);
         let chrono = |d: Duration| chrono::Duration::from_std(d.into()).unwrap_or_default();
-        crate::plan::Timeline {
+        Timeline {
             warm_at: start - chrono(self.warmup.lead_time),
             start,
             end,
@@ -461,41 +431,6 @@ pub struct ConsumersStatus {
     /// Backpressure on: purchases answer BUSY.
     #[serde(default)]
     pub busy: bool,
-}
-
-/// The orders of a sale that is over, in units, as PostgreSQL holds them.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SaleSummary {
-    /// Orders persisted, whatever became of them.
-    pub orders: i64,
-    /// Units in live orders: paid or awaiting payment.
-    pub sold: i64,
-    /// Units paid.
-    pub paid: i64,
-    /// Units still awaiting payment.
-    pub unpaid: i64,
-    /// Units the shoppers cancelled (refunds included), back in stock.
-    pub cancelled: i64,
-    /// Units whose payment timed out, back in stock.
-    pub timed_out: i64,
-    /// Units the pipeline could not persist, back in stock.
-    pub failed: i64,
-    /// The most units one shopper holds (at most the purchase limit: I2).
-    pub most_by_one_shopper: i64,
-    /// Units accepted per minute of the window, for minutes that sold.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub per_minute: Vec<MinuteSales>,
-}
-
-/// Units accepted in one minute.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct MinuteSales {
-    /// The minute's first instant.
-    pub minute: Time,
-    /// Units accepted in it.
-    pub units: i64,
 }
 
 /// Summary of the last reconciliation job.

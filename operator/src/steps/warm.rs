@@ -6,10 +6,10 @@ use flashsale_workload::redis::store::WarmError;
 use kube::runtime::events::EventType;
 
 use crate::context::Context;
-use crate::crd::FlashSale;
 use crate::error::ApplyError;
 use crate::events::publish;
-use crate::observe::Observation;
+use crate::model::crd::FlashSale;
+use crate::steps::observe::Observation;
 
 /// Loads the sale into Redis from one database snapshot under its
 /// incarnation (recorded before any shard is loaded, so a warm-up that fails

@@ -11,10 +11,10 @@ use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
 use crate::context::{Context, MANAGER};
-use crate::crd::FlashSale;
+use crate::error::ObserveError;
 use crate::error::{ApplyError, Error};
 use crate::events::publish;
-use crate::observe::ObserveError;
+use crate::model::crd::FlashSale;
 
 /// The condition reason for a failed reconcile: the dependency that failed.
 pub fn reason(error: &Error) -> Option<&'static str> {
@@ -59,7 +59,7 @@ pub async fn report(ctx: &Context, fs: &FlashSale, reason: &'static str, message
         .iter()
         .find(|c| c.type_ == "Degraded" && c.status == "True")
         .map(|c| c.reason.clone());
-    let conditions = crate::conditions::degraded(
+    let conditions = crate::decide::conditions::degraded(
         &previous,
         reason,
         message.clone(),

@@ -7,13 +7,13 @@
 
 use std::time::{Duration, Instant};
 
-use crate::crd::FlashSaleStatus;
+use crate::model::crd::FlashSaleStatus;
 
 /// What of a status is written at once when it changes.
 #[derive(Debug, PartialEq)]
 struct Shape<'a> {
     generation: Option<i64>,
-    state: Option<crate::crd::SaleState>,
+    state: Option<crate::model::crd::SaleState>,
     conditions: Vec<(&'a str, &'a str, &'a str)>,
     consumers: Option<(
         i32,
@@ -21,7 +21,7 @@ struct Shape<'a> {
         bool,
         Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime>,
     )>,
-    last_reconciliation: Option<&'a crate::crd::ReconciliationSummary>,
+    last_reconciliation: Option<&'a crate::model::crd::ReconciliationSummary>,
     periodic: Option<u64>,
 }
 
@@ -62,7 +62,7 @@ pub fn write_now(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::{ConsumersStatus, SaleState, StockStatus};
+    use crate::model::crd::{ConsumersStatus, SaleState, StockStatus};
 
     fn status(state: SaleState, remaining: i64, lag: i64) -> FlashSaleStatus {
         FlashSaleStatus {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use chrono::Utc;
 use flashsale_workload::bus::lag::LagReader;
 use flashsale_workload::bus::topics;
-use flashsale_workload::domain::sale::SaleConfig;
+use flashsale_workload::domain::sale::{LoadedSale, SaleConfig, SaleRef};
 use flashsale_workload::domain::stock::parse_shrink_id;
 use flashsale_workload::orders::reconciliation::{RunSummary, latest_run};
 use flashsale_workload::orders::sales::{self, StoredSale};
@@ -16,30 +16,14 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::Api;
 use kube::api::ListParams;
 
-use crate::context::{Context, InvalidSpec, sale_config};
-use crate::crd::FlashSale;
-use crate::plan::{JobPhase, Observed, RowFacts};
-use crate::resources::{APPLIED_HASH, JOB_INDEX_LABEL, JOB_KIND_LABEL, SALE_LABEL, consumers_name};
-
-/// A failed observation.
-#[derive(Debug, thiserror::Error)]
-pub enum ObserveError {
-    /// The resource cannot be acted on.
-    #[error(transparent)]
-    Invalid(#[from] InvalidSpec),
-    /// PostgreSQL.
-    #[error("failed to read the sale's row: {0}")]
-    Db(#[from] sqlx::Error),
-    /// Redis.
-    #[error("failed to read the sale's Redis state: {0}")]
-    Redis(#[from] flashsale_workload::redis::store::StoreError),
-    /// Kafka topics.
-    #[error("failed to read the sale's topics: {0}")]
-    Kafka(#[from] flashsale_workload::bus::admin::AdminError),
-    /// Kubernetes.
-    #[error("failed to read the sale's Deployment or Jobs: {0}")]
-    Kube(#[from] kube::Error),
-}
+use crate::context::Context;
+use crate::decide::plan::{JobPhase, Observed, RowFacts};
+use crate::decide::resources::{
+    APPLIED_HASH, JOB_INDEX_LABEL, JOB_KIND_LABEL, SALE_LABEL, consumers_name,
+};
+use crate::error::ObserveError;
+use crate::model::crd::FlashSale;
+use crate::model::sale::sale_config;
 
 /// The consumer Deployment as observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,10 +99,57 @@ pub async fn observe(ctx: &Context, fs: &FlashSale) -> Result<Observation, Obser
         None => spec_config,
     };
     let life = stored.as_ref().map(|s| s.life).unwrap_or_default();
-    let row = stored.as_ref().map(|stored| (&stored.config, stored.sold));
-    let row = row.map(|(row, sold)| RowFacts {
+    let row = stored.as_ref().map(|s| row_facts(s, &config));
+    let sale = &config.sale;
+    let (orders, dlq) = (topics::orders_topic(sale), topics::dead_letter_topic(sale));
+    let partitions = ctx.admin.partitions(&[&orders, &dlq]).await?;
+    let redis = ctx.store.loaded(sale, config.shards).await?;
+    let pending_shrinks = pending_shrinks(ctx, &config, &redis).await?;
+    // Orders exist only while Redis holds the sale (purchases need its
+    // metadata) or held it until it was lost: a scheduled or cleaned-up sale
+    // has no lag and keeps no Kafka client (each costs threads and memory).
+    let loaded = redis.metas.iter().any(Option::is_some)
+        || life.lost_since.is_some()
+        || (life.opened && !stored.as_ref().is_some_and(|s| s.drained));
+    let lag = read_lag(ctx, &config, loaded, partitions).await;
+    // The instant of the lag reading: scaling windows are measured from it.
+    let now = Utc::now();
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &sale.namespace);
+    let owned = jobs
+        .list(&ListParams::default().labels(&format!("{SALE_LABEL}={}", sale.name)))
+        .await?;
+    let seen = jobs_seen(&owned.items);
+    let deployment = consumers(ctx, sale).await?;
+    let last_run = latest_run(&ctx.db, config.id).await?;
+    Ok(Observation {
+        observed: Observed {
+            now,
+            row,
+            // maxReplicas is also the partition count: a raised one adds partitions.
+            topics_ready: partitions > 0 && partitions >= fs.spec.consumers.max_replicas,
+            redis,
+            life,
+            pending_shrinks,
+            lag,
+            final_job: seen.final_job,
+            cleanup_job: seen.cleanup_job,
+            periodic_job: seen.periodic_job,
+            periodic_started: fs.status.as_ref().and_then(|s| s.periodic_reconciliations),
+        },
+        config,
+        stored,
+        deployment,
+        partitions,
+        last_run,
+    })
+}
+
+/// The stored row as the plan sees it, compared with the spec's config.
+fn row_facts(stored: &StoredSale, config: &SaleConfig) -> RowFacts {
+    let row = &stored.config;
+    RowFacts {
         stock: row.stock,
-        sold,
+        sold: stored.sold,
         generation: row.generation,
         matches_spec: row.sku == config.sku
             && row.start == config.start
@@ -127,76 +158,89 @@ pub async fn observe(ctx: &Context, fs: &FlashSale) -> Result<Observation, Obser
             && row.shards == config.shards
             && row.payment_timeout == config.payment_timeout
             && row.purchase_token_ttl == config.purchase_token_ttl,
-    });
-    let sale = &config.sale;
-    let (orders, dlq) = (topics::orders_topic(sale), topics::dead_letter_topic(sale));
-    let partitions = ctx.admin.partitions(&[&orders, &dlq]).await?;
-    let redis = ctx.store.loaded(sale, config.shards).await?;
-    let pending_shrinks = match redis.generation {
-        Some(applied) if redis.warmed() => ctx
-            .store
-            .pending_shrinks(sale, config.shards, applied)
-            .await?
-            .into_iter()
-            .filter_map(|(id, units)| Some((parse_shrink_id(&id)?, units)))
-            .collect(),
-        _ => Vec::new(),
-    };
-    let uid = config.id.to_string();
-    // Orders exist only while Redis holds the sale (purchases need its
-    // metadata) or held it until it was lost: a scheduled or cleaned-up sale
-    // has no lag and keeps no Kafka client (each costs threads and memory).
-    let loaded = redis.metas.iter().any(Option::is_some)
-        || life.lost_since.is_some()
-        || (life.opened && !stored.as_ref().is_some_and(|s| s.drained));
-    let lag = if !loaded {
-        ctx.forget_lag_reader(&uid);
-        Some(0)
-    } else if partitions == 0 {
-        None
-    } else {
-        match ctx.lag_reader(&uid, &topics::consumer_group(sale)) {
-            Some(reader) => match reader.read(&orders).await {
-                Ok(lag) => Some(lag.total()),
-                Err(e) => {
-                    tracing::warn!(%sale, error = %e, "lag unreadable");
-                    None
-                }
-            },
-            None => None,
-        }
-    };
-    // The instant of the lag reading: scaling windows are measured from it.
-    let now = Utc::now();
+    }
+}
 
-    let namespace = sale.namespace.as_str();
-    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), namespace);
-    let owned = jobs
-        .list(&ListParams::default().labels(&format!("{SALE_LABEL}={}", sale.name)))
-        .await?;
-    let mut final_job = None;
-    let mut cleanup_job = None;
-    let mut periodic_job: Option<(u64, JobPhase)> = None;
-    for job in &owned.items {
+/// Shrinks begun in Redis past the applied generation, to finish or undo.
+async fn pending_shrinks(
+    ctx: &Context,
+    config: &SaleConfig,
+    redis: &LoadedSale,
+) -> Result<Vec<((i64, i64), i64)>, ObserveError> {
+    let Some(applied) = redis.generation.filter(|_| redis.warmed()) else {
+        return Ok(Vec::new());
+    };
+    Ok(ctx
+        .store
+        .pending_shrinks(&config.sale, config.shards, applied)
+        .await?
+        .into_iter()
+        .filter_map(|(id, units)| Some((parse_shrink_id(&id)?, units)))
+        .collect())
+}
+
+/// The consumer group's lag: 0 for a sale that holds no orders (and its
+/// Kafka client let go), `None` when it cannot be read.
+async fn read_lag(
+    ctx: &Context,
+    config: &SaleConfig,
+    loaded: bool,
+    partitions: i32,
+) -> Option<i64> {
+    let uid = config.id.to_string();
+    if !loaded {
+        ctx.forget_lag_reader(&uid);
+        return Some(0);
+    }
+    if partitions == 0 {
+        return None;
+    }
+    let sale = &config.sale;
+    let reader = ctx.lag_reader(&uid, &topics::consumer_group(sale))?;
+    match reader.read(&topics::orders_topic(sale)).await {
+        Ok(lag) => Some(lag.total()),
+        Err(e) => {
+            tracing::warn!(%sale, error = %e, "lag unreadable");
+            None
+        }
+    }
+}
+
+/// The sale's Jobs by kind: the final and cleanup ones, the latest periodic.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct JobsSeen {
+    final_job: Option<JobPhase>,
+    cleanup_job: Option<JobPhase>,
+    periodic_job: Option<(u64, JobPhase)>,
+}
+
+fn jobs_seen(jobs: &[Job]) -> JobsSeen {
+    let mut seen = JobsSeen::default();
+    for job in jobs {
         let labels = job.metadata.labels.clone().unwrap_or_default();
         let phase = job_phase(job);
         match labels.get(JOB_KIND_LABEL).map(String::as_str) {
-            Some("final") => final_job = Some(phase),
-            Some("cleanup") => cleanup_job = Some(phase),
+            Some("final") => seen.final_job = Some(phase),
+            Some("cleanup") => seen.cleanup_job = Some(phase),
             Some("periodic") => {
                 let index = labels
                     .get(JOB_INDEX_LABEL)
                     .and_then(|i| i.parse().ok())
                     .unwrap_or_default();
-                if periodic_job.is_none_or(|(latest, _)| index > latest) {
-                    periodic_job = Some((index, phase));
+                if seen.periodic_job.is_none_or(|(latest, _)| index > latest) {
+                    seen.periodic_job = Some((index, phase));
                 }
             }
             _ => {}
         }
     }
-    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
-    let deployment = deployments
+    seen
+}
+
+/// The sale's consumer Deployment, if it exists.
+async fn consumers(ctx: &Context, sale: &SaleRef) -> Result<Option<DeploymentFacts>, ObserveError> {
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &sale.namespace);
+    Ok(deployments
         .get_opt(&consumers_name(&sale.name))
         .await?
         .map(|d| DeploymentFacts {
@@ -210,27 +254,5 @@ pub async fn observe(ctx: &Context, fs: &FlashSale) -> Result<Observation, Obser
                 .metadata
                 .annotations
                 .and_then(|mut a| a.remove(APPLIED_HASH)),
-        });
-    let last_run = latest_run(&ctx.db, config.id).await?;
-    Ok(Observation {
-        observed: Observed {
-            now,
-            row,
-            // maxReplicas is also the partition count: a raised one adds partitions.
-            topics_ready: partitions > 0 && partitions >= fs.spec.consumers.max_replicas,
-            redis,
-            life,
-            pending_shrinks,
-            lag,
-            final_job,
-            cleanup_job,
-            periodic_job,
-            periodic_started: fs.status.as_ref().and_then(|s| s.periodic_reconciliations),
-        },
-        config,
-        stored,
-        deployment,
-        partitions,
-        last_run,
-    })
+        }))
 }

@@ -17,8 +17,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 use kube::api::ObjectMeta;
 
-use crate::crd::FlashSale;
-use crate::plan::JobKind;
+use crate::decide::plan::JobKind;
+use crate::model::crd::FlashSale;
 
 /// Label naming the sale an object belongs to.
 pub const SALE_LABEL: &str = "flashsale.dev/sale";
@@ -385,7 +385,7 @@ pub fn job(fs: &FlashSale, settings: &WorkloadSettings, kind: JobKind) -> Job {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::FlashSaleSpec;
+    use crate::model::crd::FlashSaleSpec;
 
     fn sale() -> FlashSale {
         let spec: FlashSaleSpec = serde_json::from_value(serde_json::json!({

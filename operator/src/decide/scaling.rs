@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use crate::model::crd::FlashSale;
+
 /// The scaling knobs of a sale (its `spec.consumers`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ScalingSpec {
@@ -126,6 +128,29 @@ pub fn backpressure(spec: &ScalingSpec, lag: Option<i64>, busy: bool) -> bool {
 pub fn next_check(spec: &ScalingSpec, memory: &ScalingMemory) -> Option<DateTime<Utc>> {
     let window = chrono::Duration::from_std(spec.scale_down_stabilization).ok()?;
     memory.low_since.map(|since| since + window)
+}
+
+/// The scaling settings of a sale's spec.
+pub fn spec_of(fs: &FlashSale) -> ScalingSpec {
+    let c = &fs.spec.consumers;
+    ScalingSpec {
+        min_replicas: c.min_replicas,
+        max_replicas: c.max_replicas,
+        lag_per_replica: i64::from(c.lag_per_replica),
+        scale_down_stabilization: c.scale_down_stabilization.into(),
+        max_lag: c.effective_max_lag(),
+    }
+}
+
+/// What scaling remembers between passes, from the sale's status.
+pub fn memory_of(fs: &FlashSale) -> ScalingMemory {
+    let consumers = fs.status.as_ref().and_then(|s| s.consumers.as_ref());
+    ScalingMemory {
+        low_since: consumers
+            .and_then(|c| c.low_since.as_ref())
+            .and_then(|t| DateTime::from_timestamp_micros(t.0.as_microsecond())),
+        busy: consumers.is_some_and(|c| c.busy),
+    }
 }
 
 #[cfg(test)]

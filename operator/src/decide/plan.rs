@@ -6,24 +6,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use flashsale_workload::domain::sale::{LoadedSale, RedisLife, SaleMeta};
 
-use crate::crd::SaleState;
-
-/// The instants that drive a sale's life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeline {
-    /// start - warmup.leadTime.
-    pub warm_at: DateTime<Utc>,
-    /// First purchase instant.
-    pub start: DateTime<Utc>,
-    /// First instant after the window.
-    pub end: DateTime<Utc>,
-    /// end + cleanup.after (and not before the orders are drained).
-    pub cleanup_at: DateTime<Utc>,
-    /// Periodic reconciliation while live.
-    pub reconcile_every: Duration,
-    /// How often lag is read while orders may flow.
-    pub poll_every: Duration,
-}
+use crate::model::crd::SaleState;
+use crate::model::timeline::Timeline;
 
 /// A Job's outcome so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,6 +147,25 @@ pub enum Action {
     StartJob(JobKind),
 }
 
+impl Action {
+    /// Whether this action changes what the next observation sees in a way
+    /// the plan must look at again before the status is written.
+    pub fn changes_observation(&self) -> bool {
+        matches!(
+            self,
+            Action::SyncSaleRow { .. }
+                | Action::EnsureTopics
+                | Action::Warm
+                | Action::Restock
+                | Action::Shrink { .. }
+                | Action::UndoShrink { .. }
+                | Action::RecordRowStock { .. }
+                | Action::FenceLostState
+                | Action::BeginRecovery
+        )
+    }
+}
+
 /// Why a change in the spec was not applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refused {
@@ -280,14 +283,81 @@ const JOB_POLL: Duration = Duration::from_secs(2);
 
 /// Decides what to do at `observed.now`.
 pub fn plan(timeline: &Timeline, wanted: &Wanted, observed: &Observed) -> Plan {
-    let now = observed.now;
-    let mut actions = Vec::new();
-    let mut wakes: Vec<DateTime<Utc>> = Vec::new();
-    let after = |d: Duration| now + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
-
+    let mut draft = Draft {
+        now: observed.now,
+        actions: Vec::new(),
+        wakes: Vec::new(),
+    };
     let lost = observed.life.lost_since.is_some() || observed.life.lost_in(&observed.redis);
-    // Nothing is written on a lost state, the stock included: it is
-    // reloaded from the row once its orders drained.
+    let (row_current, refused) = row_and_topic_steps(wanted, observed, lost, &mut draft.actions);
+    let ready_to_warm = observed.row.is_some() && row_current && observed.topics_ready;
+    if lost {
+        draft.actions.extend(recovery_steps(
+            observed,
+            wanted.recovery_grace,
+            ready_to_warm,
+        ));
+        draft.actions.push(Action::ApplyConsumers {
+            replicas: wanted.replicas,
+        });
+        return Plan {
+            state: window_state(timeline, wanted, observed.now),
+            actions: draft.actions,
+            wake_in: Duration::from_secs(1),
+            refused,
+            replicas: wanted.replicas,
+        };
+    }
+    let state = if observed.now < timeline.end {
+        in_window(timeline, wanted, observed, ready_to_warm, &mut draft)
+    } else {
+        after_window(timeline, wanted, observed, &mut draft)
+    };
+    let replicas = consumer_steps(state, wanted, &mut draft);
+    Plan {
+        state,
+        wake_in: draft.wake_in(),
+        actions: draft.actions,
+        refused,
+        replicas,
+    }
+}
+
+/// The actions a plan collects, and the instants it wants to look again.
+struct Draft {
+    now: DateTime<Utc>,
+    actions: Vec<Action>,
+    wakes: Vec<DateTime<Utc>>,
+}
+
+impl Draft {
+    fn wake_at(&mut self, at: DateTime<Utc>) {
+        self.wakes.push(at);
+    }
+
+    fn wake_after(&mut self, d: Duration) {
+        let at = self.now + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
+        self.wakes.push(at);
+    }
+
+    /// Until the first wake-up ahead, at most the heartbeat.
+    fn wake_in(&self) -> Duration {
+        let next = self.wakes.iter().filter(|w| **w > self.now).min();
+        next.and_then(|w| (*w - self.now).to_std().ok())
+            .unwrap_or(HEARTBEAT)
+            .min(HEARTBEAT)
+    }
+}
+
+/// The sale's row and topics in step with the spec; whether the row is
+/// current, and a refused stock change. Nothing is written on a lost state,
+/// the stock included: it is reloaded from the row once its orders drained.
+fn row_and_topic_steps(
+    wanted: &Wanted,
+    observed: &Observed,
+    lost: bool,
+    actions: &mut Vec<Action>,
+) -> (bool, Option<Refused>) {
     let (stock, stock_actions, refused) = match observed.row {
         Some(row) if lost => (Some(row.stock), Vec::new(), None),
         _ => stock_steps(wanted.stock, observed),
@@ -307,144 +377,133 @@ pub fn plan(timeline: &Timeline, wanted: &Wanted, observed: &Observed) -> Plan {
     if !observed.topics_ready {
         actions.push(Action::EnsureTopics);
     }
-    let ready_to_warm = observed.row.is_some() && row_current && observed.topics_ready;
-    let warmed = observed.redis.warmed();
-    let loaded_now = observed.redis.metas.iter().any(Option::is_some);
-    let cleaned = observed.cleanup_job == Some(JobPhase::Succeeded) && !loaded_now;
-    if lost {
-        actions.extend(recovery_steps(
-            observed,
-            wanted.recovery_grace,
-            ready_to_warm,
-        ));
-        actions.push(Action::ApplyConsumers {
-            replicas: wanted.replicas,
-        });
-        return Plan {
-            state: window_state(timeline, wanted, now),
-            actions,
-            wake_in: Duration::from_secs(1),
-            refused,
-            replicas: wanted.replicas,
+    (row_current, refused)
+}
+
+/// Before the end: scheduled, warming, warm, then live (or paused, sold out).
+fn in_window(
+    timeline: &Timeline,
+    wanted: &Wanted,
+    observed: &Observed,
+    ready_to_warm: bool,
+    draft: &mut Draft,
+) -> SaleState {
+    let now = observed.now;
+    if !observed.redis.warmed() {
+        if now < timeline.warm_at {
+            draft.wake_at(timeline.warm_at);
+            return SaleState::Scheduled;
+        }
+        if ready_to_warm {
+            draft.actions.push(Action::Warm);
+        }
+        draft.wake_after(Duration::from_secs(1));
+        return SaleState::Warming;
+    }
+    live_actions(wanted, observed, &mut draft.actions);
+    draft.wake_at(timeline.end);
+    if now < timeline.start {
+        draft.wake_at(timeline.start);
+        return if wanted.paused {
+            SaleState::Paused
+        } else {
+            SaleState::Warm
         };
     }
-
-    let state = if now < timeline.end {
-        if !warmed {
-            if now < timeline.warm_at {
-                wakes.push(timeline.warm_at);
-                SaleState::Scheduled
-            } else {
-                if ready_to_warm {
-                    actions.push(Action::Warm);
-                }
-                wakes.push(after(Duration::from_secs(1)));
-                SaleState::Warming
-            }
-        } else {
-            live_actions(wanted, observed, &mut actions);
-            wakes.push(timeline.end);
-            if now < timeline.start {
-                wakes.push(timeline.start);
-                if wanted.paused {
-                    SaleState::Paused
-                } else {
-                    SaleState::Warm
-                }
-            } else {
-                wakes.push(after(timeline.poll_every));
-                let index = periodic_index(timeline, now);
-                if index > 0 {
-                    let started = observed
-                        .periodic_started
-                        .max(observed.periodic_job.map(|(i, _)| i));
-                    match observed.periodic_job {
-                        Some((_, JobPhase::Running)) => {}
-                        _ if started >= Some(index) => {}
-                        _ => actions.push(Action::StartJob(JobKind::Periodic(index))),
-                    }
-                }
-                wakes.push(periodic_due(timeline, index + 1));
-                if wanted.paused {
-                    SaleState::Paused
-                } else if observed.redis.remaining() <= 0 {
-                    SaleState::SoldOut
-                } else {
-                    SaleState::Live
-                }
-            }
+    draft.wake_after(timeline.poll_every);
+    let index = periodic_index(timeline, now);
+    if index > 0 {
+        let started = observed
+            .periodic_started
+            .max(observed.periodic_job.map(|(i, _)| i));
+        match observed.periodic_job {
+            Some((_, JobPhase::Running)) => {}
+            _ if started >= Some(index) => {}
+            _ => draft
+                .actions
+                .push(Action::StartJob(JobKind::Periodic(index))),
         }
-    } else if cleaned {
-        SaleState::Completed
+    }
+    draft.wake_at(periodic_due(timeline, index + 1));
+    if wanted.paused {
+        SaleState::Paused
+    } else if observed.redis.remaining() <= 0 {
+        SaleState::SoldOut
     } else {
-        if warmed || loaded_now {
-            // Keep the kill switch and backpressure true until cleanup.
-            live_actions(wanted, observed, &mut actions);
-        }
-        match (observed.final_job, observed.cleanup_job) {
-            (_, Some(JobPhase::Running)) => {
-                wakes.push(after(JOB_POLL));
-                SaleState::CleaningUp
-            }
-            (None, _) if loaded_now => {
-                actions.push(Action::StartJob(JobKind::Final));
-                wakes.push(after(JOB_POLL));
-                SaleState::Ended
-            }
-            (Some(JobPhase::Running), _) => {
-                wakes.push(after(JOB_POLL));
-                SaleState::Ended
-            }
-            (Some(JobPhase::Failed), _) => SaleState::Failed,
-            (_, Some(JobPhase::Failed)) => SaleState::Failed,
-            _ => {
-                // The final reconciliation is done (or nothing was ever loaded).
-                if now < timeline.cleanup_at {
-                    wakes.push(timeline.cleanup_at);
-                    SaleState::Ended
-                } else if observed.lag.is_some_and(|lag| lag == 0) || !loaded_now {
-                    actions.push(Action::StartJob(JobKind::Cleanup));
-                    wakes.push(after(JOB_POLL));
-                    SaleState::CleaningUp
-                } else {
-                    wakes.push(after(timeline.poll_every));
-                    SaleState::Ended
-                }
-            }
-        }
-    };
+        SaleState::Live
+    }
+}
 
-    let replicas = match state {
+/// After the end: the final reconciliation, then cleanup once it is due and
+/// the orders drained.
+fn after_window(
+    timeline: &Timeline,
+    wanted: &Wanted,
+    observed: &Observed,
+    draft: &mut Draft,
+) -> SaleState {
+    let loaded_now = observed.redis.metas.iter().any(Option::is_some);
+    if observed.cleanup_job == Some(JobPhase::Succeeded) && !loaded_now {
+        return SaleState::Completed;
+    }
+    if observed.redis.warmed() || loaded_now {
+        // Keep the kill switch and backpressure true until cleanup.
+        live_actions(wanted, observed, &mut draft.actions);
+    }
+    match (observed.final_job, observed.cleanup_job) {
+        (_, Some(JobPhase::Running)) => {
+            draft.wake_after(JOB_POLL);
+            SaleState::CleaningUp
+        }
+        (None, _) if loaded_now => {
+            draft.actions.push(Action::StartJob(JobKind::Final));
+            draft.wake_after(JOB_POLL);
+            SaleState::Ended
+        }
+        (Some(JobPhase::Running), _) => {
+            draft.wake_after(JOB_POLL);
+            SaleState::Ended
+        }
+        (Some(JobPhase::Failed), _) | (_, Some(JobPhase::Failed)) => SaleState::Failed,
+        // The final reconciliation is done (or nothing was ever loaded).
+        _ if observed.now < timeline.cleanup_at => {
+            draft.wake_at(timeline.cleanup_at);
+            SaleState::Ended
+        }
+        _ if observed.lag.is_some_and(|lag| lag == 0) || !loaded_now => {
+            draft.actions.push(Action::StartJob(JobKind::Cleanup));
+            draft.wake_after(JOB_POLL);
+            SaleState::CleaningUp
+        }
+        _ => {
+            draft.wake_after(timeline.poll_every);
+            SaleState::Ended
+        }
+    }
+}
+
+/// The consumers for `state`: none once completed or while scheduled, else
+/// the scaling decision's count (and its next check as a wake-up).
+fn consumer_steps(state: SaleState, wanted: &Wanted, draft: &mut Draft) -> i32 {
+    match state {
         SaleState::Completed => {
-            actions.push(Action::DeleteConsumers);
+            draft.actions.push(Action::DeleteConsumers);
             0
         }
         // Weeks ahead of a sale, nothing can be in its topic yet.
         SaleState::Scheduled => {
-            actions.push(Action::ApplyConsumers { replicas: 0 });
+            draft.actions.push(Action::ApplyConsumers { replicas: 0 });
             0
         }
         _ => {
-            actions.push(Action::ApplyConsumers {
+            draft.actions.push(Action::ApplyConsumers {
                 replicas: wanted.replicas,
             });
             if let Some(check) = wanted.scaling_check {
-                wakes.push(check);
+                draft.wake_at(check);
             }
             wanted.replicas
         }
-    };
-    let next = wakes.into_iter().filter(|w| *w > now).min();
-    let wake_in = next
-        .and_then(|w| (w - now).to_std().ok())
-        .unwrap_or(HEARTBEAT)
-        .min(HEARTBEAT);
-    Plan {
-        state,
-        actions,
-        wake_in,
-        refused,
-        replicas,
     }
 }
 
@@ -510,22 +569,6 @@ pub fn periodic_index(timeline: &Timeline, now: DateTime<Utc>) -> u64 {
     if since < 0 { 0 } else { (since / every) as u64 }
 }
 
-/// The timeline's next instant after `now` and what happens then: warm-up,
-/// open, close or cleanup; `None` once the cleanup time has passed.
-pub fn next_transition(
-    timeline: &Timeline,
-    now: DateTime<Utc>,
-) -> Option<(&'static str, DateTime<Utc>)> {
-    [
-        ("warm-up", timeline.warm_at),
-        ("open", timeline.start),
-        ("close", timeline.end),
-        ("cleanup", timeline.cleanup_at),
-    ]
-    .into_iter()
-    .find(|(_, at)| *at > now)
-}
-
 fn periodic_due(timeline: &Timeline, index: u64) -> DateTime<Utc> {
     let every = timeline.reconcile_every.as_millis() as i64;
     timeline.start + chrono::Duration::milliseconds(every.saturating_mul(index as i64))
@@ -552,24 +595,6 @@ mod tests {
             cleanup_at: t(CLEANUP_AT),
             reconcile_every: Duration::from_secs(200),
             poll_every: Duration::from_secs(2),
-        }
-    }
-
-    #[test]
-    fn the_next_transition_is_the_first_instant_ahead() {
-        for (now, next) in [
-            (0, Some(("warm-up", WARM_AT))),
-            (WARM_AT, Some(("open", START))),
-            (START - 1, Some(("open", START))),
-            (START, Some(("close", END))),
-            (END, Some(("cleanup", CLEANUP_AT))),
-            (CLEANUP_AT, None),
-        ] {
-            assert_eq!(
-                next_transition(&timeline(), t(now)),
-                next.map(|(what, at)| (what, t(at))),
-                "at {now}"
-            );
         }
     }
 

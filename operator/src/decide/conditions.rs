@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::crd::SaleState;
+use crate::model::crd::SaleState;
 
 /// A condition before its bookkeeping fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,153 +56,257 @@ pub struct Facts {
     pub degraded: Option<(&'static str, String)>,
 }
 
+/// Why a sale may be degraded, as observed and decided in one reconcile.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Troubles {
+    /// Redis lost the sale's state at this instant (recorded in the row).
+    pub lost_since: Option<DateTime<Utc>>,
+    /// The plan fences a loss it just noticed.
+    pub fencing: bool,
+    /// Warm-up's verification failed: why.
+    pub warm_mismatch: Option<String>,
+    /// A shrink below the units sold was refused: (asked, sold, stock kept).
+    pub stock_below_sold: Option<(i64, i64, i64)>,
+    /// Purchases are refused with BUSY: (lag, maxLag).
+    pub backpressure: Option<(Option<i64>, i64)>,
+    /// A reconciliation or cleanup Job failed.
+    pub job_failed: bool,
+    /// The consumer group's lag could not be read though the topic exists.
+    pub lag_unknown: bool,
+}
+
+/// The one degradation a person should see first, as (reason, message):
+/// a lost Redis state above a failed verification above a refused shrink,
+/// then backpressure, a failed Job, an unknown lag.
+pub fn degradation(t: &Troubles) -> Option<(&'static str, String)> {
+    if let Some(since) = t.lost_since {
+        return Some((
+            "RedisStateLost",
+            format!(
+                "Redis lost the sale's state at {}: purchases are refused until it is reloaded from the database, once its orders are drained",
+                since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+        ));
+    }
+    if t.fencing {
+        return Some((
+            "RedisStateLost",
+            "Redis lost the sale's state: purchases are refused until it is reloaded".to_string(),
+        ));
+    }
+    if let Some(why) = &t.warm_mismatch {
+        return Some(("WarmVerifyFailed", why.clone()));
+    }
+    if let Some((asked, sold, kept)) = t.stock_below_sold {
+        return Some((
+            "StockBelowSold",
+            format!(
+                "spec.stock {asked} is below the {sold} units already sold; the stock stays {kept}"
+            ),
+        ));
+    }
+    if let Some((lag, max_lag)) = t.backpressure {
+        return Some((
+            "Backpressure",
+            format!(
+                "{} orders wait for the consumers, above maxLag {max_lag}: purchases are refused with BUSY",
+                lag_words(lag)
+            ),
+        ));
+    }
+    if t.job_failed {
+        return Some((
+            "JobFailed",
+            "a reconciliation or cleanup Job failed; delete it to retry".to_string(),
+        ));
+    }
+    t.lag_unknown.then(|| {
+        (
+            "LagUnknown",
+            "the consumer group's lag cannot be read from Kafka".to_string(),
+        )
+    })
+}
+
+/// A lag for people: the number, or "an unknown number of".
+pub fn lag_words(lag: Option<i64>) -> String {
+    lag.map_or("an unknown number of".to_string(), |l| l.to_string())
+}
+
 /// The nine conditions, in a stable order.
 pub fn verdicts(f: &Facts) -> Vec<Verdict> {
+    vec![
+        ready(f),
+        warmed(f),
+        live(f),
+        paused(f),
+        sold_out(f),
+        consumers_ready(f),
+        reconciled(f),
+        cleaned_up(f),
+        degraded_verdict(f),
+    ]
+}
+
+fn ready(f: &Facts) -> Verdict {
+    let ready = f.degraded.is_none() && !matches!(f.state, SaleState::Failed | SaleState::Warming);
+    let reason = if ready {
+        "AsExpected"
+    } else if f.degraded.is_some() {
+        "Degraded"
+    } else {
+        "NotReady"
+    };
+    verdict("Ready", ready, reason, format!("state {:?}", f.state))
+}
+
+fn warmed(f: &Facts) -> Verdict {
+    match (f.warmed, f.cleaned) {
+        (true, _) => verdict(
+            "Warmed",
+            true,
+            "Verified",
+            "Redis holds the sale and matches the database",
+        ),
+        (false, true) => verdict(
+            "Warmed",
+            false,
+            "CleanedUp",
+            "the sale's Redis state was removed after the sale",
+        ),
+        (false, false) if f.state == SaleState::Warming => verdict(
+            "Warmed",
+            false,
+            "Warming",
+            "loading Redis from the database",
+        ),
+        (false, false) => verdict(
+            "Warmed",
+            false,
+            "NotYetDue",
+            "warm-up happens at start - warmup.leadTime",
+        ),
+    }
+}
+
+fn live(f: &Facts) -> Verdict {
     use SaleState as S;
-    let state = format!("{:?}", f.state);
-    let (wanted, ready) = f.consumers;
-    let mut out = vec![
-        match (f.warmed, f.cleaned) {
-            (true, _) => verdict(
-                "Warmed",
-                true,
-                "Verified",
-                "Redis holds the sale and matches the database",
-            ),
-            (false, true) => verdict(
-                "Warmed",
-                false,
-                "CleanedUp",
-                "the sale's Redis state was removed after the sale",
-            ),
-            (false, false) if f.state == S::Warming => verdict(
-                "Warmed",
-                false,
-                "Warming",
-                "loading Redis from the database",
-            ),
-            (false, false) => verdict(
-                "Warmed",
-                false,
-                "NotYetDue",
-                "warm-up happens at start - warmup.leadTime",
-            ),
-        },
+    let reason = match f.state {
+        S::Live => "WindowOpen",
+        S::Scheduled | S::Warming | S::Warm => "BeforeStart",
+        S::Paused => "Paused",
+        S::SoldOut => "SoldOut",
+        _ => "WindowClosed",
+    };
+    verdict(
+        "Live",
+        f.state == S::Live,
+        reason,
+        format!("state {:?}", f.state),
+    )
+}
+
+fn paused(f: &Facts) -> Verdict {
+    if f.paused {
         verdict(
-            "Live",
-            matches!(f.state, S::Live),
-            match f.state {
-                S::Live => "WindowOpen",
-                S::Scheduled | S::Warming | S::Warm => "BeforeStart",
-                S::Paused => "Paused",
-                S::SoldOut => "SoldOut",
-                _ => "WindowClosed",
-            },
-            format!("state {state}"),
-        ),
-        if f.paused {
-            verdict(
-                "Paused",
-                true,
-                "KillSwitch",
-                "spec.paused is true: every purchase answers PAUSED",
-            )
-        } else {
-            verdict("Paused", false, "NotPaused", "spec.paused is false")
-        },
-        if f.warmed && f.remaining <= 0 {
-            verdict("SoldOut", true, "NoStockLeft", "every shard is empty")
-        } else {
-            verdict(
-                "SoldOut",
-                false,
-                "StockLeft",
-                format!("{} units left", f.remaining.max(0)),
-            )
-        },
-        match (wanted, ready) {
-            (0, _) => verdict(
-                "ConsumersReady",
-                true,
-                "ScaledToZero",
-                "no lag: no consumer needed",
-            ),
-            (w, r) if r >= w => verdict(
-                "ConsumersReady",
-                true,
-                "AllReady",
-                format!("{r}/{w} consumers ready"),
-            ),
-            (w, r) => verdict(
-                "ConsumersReady",
-                false,
-                "NotAllReady",
-                format!("{r}/{w} consumers ready"),
-            ),
-        },
-        match f.reconciled {
-            None => Verdict {
-                type_: "Reconciled",
-                status: "Unknown",
-                reason: "NotYetRun",
-                message: "no reconciliation has run yet".into(),
-            },
-            Some((0, _)) => verdict(
-                "Reconciled",
-                true,
-                "NoDrift",
-                "Redis, Kafka and PostgreSQL agree",
-            ),
-            Some((found, repaired)) if repaired >= found => verdict(
-                "Reconciled",
-                true,
-                "DriftRepaired",
-                format!("{found} differences found and repaired"),
-            ),
-            Some((found, repaired)) => verdict(
-                "Reconciled",
-                false,
-                "DriftUnrepaired",
-                format!("{found} differences found, {repaired} repaired"),
-            ),
-        },
-        if f.cleaned {
-            verdict(
-                "CleanedUp",
-                true,
-                "RedisStateRemoved",
-                "Redis keys deleted; orders kept",
-            )
-        } else {
-            verdict(
-                "CleanedUp",
-                false,
-                "NotYet",
-                "cleanup runs after end + cleanup.after, once drained",
-            )
-        },
-        match &f.degraded {
-            Some((reason, message)) => verdict("Degraded", true, reason, message.clone()),
-            None => verdict("Degraded", false, "AsExpected", "nothing is degraded"),
-        },
-    ];
-    let ready = f.degraded.is_none() && !matches!(f.state, S::Failed | S::Warming);
-    out.insert(
-        0,
+            "Paused",
+            true,
+            "KillSwitch",
+            "spec.paused is true: every purchase answers PAUSED",
+        )
+    } else {
+        verdict("Paused", false, "NotPaused", "spec.paused is false")
+    }
+}
+
+fn sold_out(f: &Facts) -> Verdict {
+    if f.warmed && f.remaining <= 0 {
+        verdict("SoldOut", true, "NoStockLeft", "every shard is empty")
+    } else {
         verdict(
-            "Ready",
-            ready,
-            if ready {
-                "AsExpected"
-            } else if f.degraded.is_some() {
-                "Degraded"
-            } else {
-                "NotReady"
-            },
-            format!("state {state}"),
+            "SoldOut",
+            false,
+            "StockLeft",
+            format!("{} units left", f.remaining.max(0)),
+        )
+    }
+}
+
+fn consumers_ready(f: &Facts) -> Verdict {
+    match f.consumers {
+        (0, _) => verdict(
+            "ConsumersReady",
+            true,
+            "ScaledToZero",
+            "no lag: no consumer needed",
         ),
-    );
-    out
+        (w, r) if r >= w => verdict(
+            "ConsumersReady",
+            true,
+            "AllReady",
+            format!("{r}/{w} consumers ready"),
+        ),
+        (w, r) => verdict(
+            "ConsumersReady",
+            false,
+            "NotAllReady",
+            format!("{r}/{w} consumers ready"),
+        ),
+    }
+}
+
+fn reconciled(f: &Facts) -> Verdict {
+    match f.reconciled {
+        None => Verdict {
+            type_: "Reconciled",
+            status: "Unknown",
+            reason: "NotYetRun",
+            message: "no reconciliation has run yet".into(),
+        },
+        Some((0, _)) => verdict(
+            "Reconciled",
+            true,
+            "NoDrift",
+            "Redis, Kafka and PostgreSQL agree",
+        ),
+        Some((found, repaired)) if repaired >= found => verdict(
+            "Reconciled",
+            true,
+            "DriftRepaired",
+            format!("{found} differences found and repaired"),
+        ),
+        Some((found, repaired)) => verdict(
+            "Reconciled",
+            false,
+            "DriftUnrepaired",
+            format!("{found} differences found, {repaired} repaired"),
+        ),
+    }
+}
+
+fn cleaned_up(f: &Facts) -> Verdict {
+    if f.cleaned {
+        verdict(
+            "CleanedUp",
+            true,
+            "RedisStateRemoved",
+            "Redis keys deleted; orders kept",
+        )
+    } else {
+        verdict(
+            "CleanedUp",
+            false,
+            "NotYet",
+            "cleanup runs after end + cleanup.after, once drained",
+        )
+    }
+}
+
+fn degraded_verdict(f: &Facts) -> Verdict {
+    match &f.degraded {
+        Some((reason, message)) => verdict("Degraded", true, reason, message.clone()),
+        None => verdict("Degraded", false, "AsExpected", "nothing is degraded"),
+    }
 }
 
 /// Turns verdicts into conditions, keeping each one's transition time when its
@@ -395,6 +499,80 @@ mod tests {
         });
         assert_eq!(get(&warming, "Warmed").reason, "Warming");
         assert_eq!(get(&warming, "Ready").status, "False");
+    }
+
+    #[test]
+    fn the_first_trouble_in_order_is_the_degradation() {
+        let since = DateTime::from_timestamp(1_000, 0).unwrap();
+        let all = Troubles {
+            lost_since: Some(since),
+            fencing: true,
+            warm_mismatch: Some("shard 2 holds 9 units, the database 10".into()),
+            stock_below_sold: Some((5, 8, 10)),
+            backpressure: Some((Some(30_000), 25_000)),
+            job_failed: true,
+            lag_unknown: true,
+        };
+        // Each row removes the trouble above it: the next one shows.
+        // A change to the troubles, and the (reason, part of the message) then.
+        type Row = (fn(&mut Troubles), Option<(&'static str, &'static str)>);
+        let rows: [Row; 8] = [
+            (|_| {}, Some(("RedisStateLost", "at 1970-01-01T00:16:40Z"))),
+            (
+                |t| t.lost_since = None,
+                Some(("RedisStateLost", "until it is reloaded")),
+            ),
+            (
+                |t| t.fencing = false,
+                Some(("WarmVerifyFailed", "shard 2 holds 9")),
+            ),
+            (
+                |t| t.warm_mismatch = None,
+                Some((
+                    "StockBelowSold",
+                    "spec.stock 5 is below the 8 units already sold; the stock stays 10",
+                )),
+            ),
+            (
+                |t| t.stock_below_sold = None,
+                Some((
+                    "Backpressure",
+                    "30000 orders wait for the consumers, above maxLag 25000",
+                )),
+            ),
+            (
+                |t| t.backpressure = None,
+                Some(("JobFailed", "delete it to retry")),
+            ),
+            (
+                |t| t.job_failed = false,
+                Some(("LagUnknown", "cannot be read")),
+            ),
+            (|t| t.lag_unknown = false, None),
+        ];
+        let mut troubles = all;
+        for (remove, expected) in rows {
+            remove(&mut troubles);
+            let got = degradation(&troubles);
+            match (got, expected) {
+                (None, None) => {}
+                (Some((reason, message)), Some((want, part))) => {
+                    assert_eq!(reason, want, "{troubles:?}");
+                    assert!(message.contains(part), "{message} lacks {part}");
+                }
+                (got, want) => panic!("{troubles:?}: got {got:?}, want {want:?}"),
+            }
+        }
+        let unknown = Troubles {
+            backpressure: Some((None, 25_000)),
+            ..Troubles::default()
+        };
+        assert!(
+            degradation(&unknown)
+                .unwrap()
+                .1
+                .starts_with("an unknown number of orders")
+        );
     }
 
     #[test]
