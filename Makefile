@@ -16,6 +16,9 @@ demo: ## bring up the stack and run a live sale end to end, narrated
 	@$(MAKE) --no-print-directory -j2 stack release
 	@$(ENV) e2e/demo.sh
 
+# The tests' stack has the replicated topology too (three Kafka nodes), for
+# the chaos kinds that take one away.
+test: export STACK_TOPOLOGY = replicated
 test: ## install and start everything the tests need, then lint and pass them all
 	@$(STACK)/preflight.sh
 	@$(MAKE) --no-print-directory -j2 stack build-tests

@@ -16,6 +16,7 @@ fi
 "$STACK_DIR/kube.sh" down
 "$STACK_DIR/toxiproxy.sh" down
 "$STACK_DIR/kafka.sh" down
+"$STACK_DIR/kafka.sh" replicated_down
 "$STACK_DIR/postgres.sh" down
 "$STACK_DIR/redis.sh" down
 # Anything else we started with start_bg (operator, API, consumers, ...).

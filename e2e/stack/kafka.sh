@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Apache Kafka (KRaft, one node acting as broker and controller) on
 # $KAFKA_PORT (and over TLS on $KAFKA_TLS_PORT, with a SASL login on
-# $KAFKA_SASL_PORT), from jars gathered off Maven Central. Usage: kafka.sh up|down|status|sweep|topics ARGS
+# $KAFKA_SASL_PORT), from jars gathered off Maven Central; and the
+# replicated topology's three KRaft nodes beside it (below). Usage:
+# kafka.sh up|down|status|sweep|topics ARGS           the single broker
+# kafka.sh replicated_up|replicated_down|node_up N|wipe_data N|single|
+#          node_group N|active_controller              the three nodes
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
@@ -20,6 +24,24 @@ install_jars() {
 }
 
 kafka_java() { java -cp "$KAFKA_HOME/lib/*" -Dlog4j2.configurationFile="$KAFKA_DATA/log4j2.properties" "$@"; }
+
+# write_log4j FILE: Kafka's logging, warnings only (and the start line).
+write_log4j() {
+  cat >"$1" <<'PROPS'
+rootLogger.level=INFO
+rootLogger.appenderRef.stdout.ref=STDOUT
+appender.stdout.type=Console
+appender.stdout.name=STDOUT
+appender.stdout.layout.type=PatternLayout
+appender.stdout.layout.pattern=[%d] %p %m (%c)%n
+logger.kafka.name=kafka
+logger.kafka.level=WARN
+logger.apache.name=org.apache.kafka
+logger.apache.level=WARN
+logger.started.name=kafka.server.KafkaRaftServer
+logger.started.level=INFO
+PROPS
+}
 
 write_config() {
   mkdir -p "$KAFKA_DATA"
@@ -69,20 +91,7 @@ PROPS
   # The key and its certificate in one file, as a PEM keystore is.
   services_pki
   (umask 077 && cat "$SERVICES_PKI/server.key" "$SERVICES_PKI/server.crt" >"$KAFKA_DATA/tls-keystore.pem")
-  cat >"$KAFKA_DATA/log4j2.properties" <<'PROPS'
-rootLogger.level=INFO
-rootLogger.appenderRef.stdout.ref=STDOUT
-appender.stdout.type=Console
-appender.stdout.name=STDOUT
-appender.stdout.layout.type=PatternLayout
-appender.stdout.layout.pattern=[%d] %p %m (%c)%n
-logger.kafka.name=kafka
-logger.kafka.level=WARN
-logger.apache.name=org.apache.kafka
-logger.apache.level=WARN
-logger.started.name=kafka.server.KafkaRaftServer
-logger.started.level=INFO
-PROPS
+  write_log4j "$KAFKA_DATA/log4j2.properties"
 }
 
 metadata_ok() { kcat -b "127.0.0.1:$KAFKA_PORT" -L -m 2 2>/dev/null | grep -q '1 brokers'; }
@@ -141,20 +150,159 @@ down() { stop_pid kafka; }
 TEST_TOPICS='flashsale\.(ns|t|chaos)-[0-9a-f]+-[0-9]+\..*'
 
 # kafka.sh topics ARGS: Kafka's kafka-topics tool against this broker.
-topics() { kafka_java org.apache.kafka.tools.TopicCommand --bootstrap-server "127.0.0.1:$KAFKA_PORT" "$@"; }
+topics() { topics_at "127.0.0.1:$KAFKA_PORT" "$@"; }
+topics_at() { kafka_java org.apache.kafka.tools.TopicCommand --bootstrap-server "$@"; }
 
 sweep() {
-  is_running kafka || return 0
+  if is_running kafka; then sweep_at "127.0.0.1:$KAFKA_PORT" kafka; fi
+  if is_running "$(node_name 1)"; then sweep_at "$(replicated_bootstrap)" "kafka (replicated)"; fi
+}
+
+# sweep_at BOOTSTRAP LABEL: the test sales' topics of one cluster.
+sweep_at() {
   local listed count
-  listed=$(topics --list) || return 1
+  listed=$(topics_at "$1" --list) || return 1
   count=$(grep -cxE "$TEST_TOPICS" <<<"$listed" || true)
   [ "$count" -gt 0 ] || return 0
-  topics --delete --if-exists --topic "$TEST_TOPICS"
-  log "kafka: test sales' topics removed: $count"
+  topics_at "$1" --delete --if-exists --topic "$TEST_TOPICS"
+  log "$2: test sales' topics removed: $count"
 }
 
 status() {
   if metadata_ok; then echo "kafka          up    127.0.0.1:$KAFKA_PORT"; else echo "kafka          DOWN"; fi
+  if [ "$STACK_TOPOLOGY" = replicated ] || is_running "$(node_name 1)"; then
+    local brokers
+    brokers=$(kcat -b "$(replicated_bootstrap)" -L -m 2 2>/dev/null | grep -o '[0-9]* brokers' || echo "0 brokers")
+    echo "kafka-replicated $brokers of 3   $(replicated_bootstrap)"
+  fi
 }
+
+# --- The replicated topology (STACK_TOPOLOGY=replicated) -------------------
+# Three KRaft nodes, each broker and controller (a static quorum of three),
+# beside the single broker: what production runs (replication factor 3,
+# min.insync.replicas 2), for the chaos kinds that take one node away. Each
+# node keeps its metadata log apart from its partitions: a wiped disk is
+# the partitions' (re-replicated from the others); wiping a static voter's
+# metadata log is unsafe in KRaft itself (Kafka's ops guide, "Replace KRaft
+# Controller Disk"), so no kind does that. Each node runs under a group id
+# of its own, so that one iptables rule can cut everything it sends.
+REPLICATED_ID_FILE=$RUN_DIR/kafka-replicated.id
+
+node_dir() { echo "$RUN_DIR/kafka-r$1"; }
+node_name() { echo "kafka-r$1"; }
+
+write_node_config() {
+  local n=$1 dir voters="" i
+  dir=$(node_dir "$n")
+  mkdir -p "$dir"
+  for i in 1 2 3; do
+    voters+="${voters:+,}$i@127.0.0.1:${KAFKA_REPLICATED_CONTROLLER_PORTS[$((i - 1))]}"
+  done
+  local port=${KAFKA_REPLICATED_PORTS[$((n - 1))]}
+  local controller=${KAFKA_REPLICATED_CONTROLLER_PORTS[$((n - 1))]}
+  local bridge=${KAFKA_REPLICATED_BRIDGE_PORTS[$((n - 1))]}
+  local listeners="PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller"
+  local advertised="PLAINTEXT://127.0.0.1:$port"
+  local protocols="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+  if bridge_up; then
+    listeners+=",BRIDGE://$BRIDGE_IP:$bridge"
+    advertised+=",BRIDGE://$BRIDGE_IP:$bridge"
+    protocols+=",BRIDGE:PLAINTEXT"
+  fi
+  cat >"$dir/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=$n
+controller.quorum.voters=$voters
+listeners=$listeners
+advertised.listeners=$advertised
+listener.security.protocol.map=$protocols
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$dir/data
+metadata.log.dir=$dir/meta
+num.partitions=1
+default.replication.factor=3
+min.insync.replicas=2
+offsets.topic.num.partitions=10
+offsets.topic.replication.factor=3
+transaction.state.log.replication.factor=3
+transaction.state.log.min.isr=2
+share.coordinator.state.topic.replication.factor=3
+share.coordinator.state.topic.min.isr=2
+unclean.leader.election.enable=false
+broker.session.timeout.ms=3000
+broker.heartbeat.interval.ms=500
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+PROPS
+  write_log4j "$dir/log4j2.properties"
+}
+
+# node_up N: formats what of node N's storage is missing (a wiped data
+# directory gets a new directory id; the metadata log is kept) and starts it.
+node_up() {
+  local n=$1 dir name
+  dir=$(node_dir "$n")
+  name=$(node_name "$n")
+  is_running "$name" && return 0
+  write_node_config "$n"
+  [ -s "$REPLICATED_ID_FILE" ] || kafka_java kafka.tools.StorageTool random-uuid >"$REPLICATED_ID_FILE"
+  kafka_java kafka.tools.StorageTool format --ignore-formatted -t "$(cat "$REPLICATED_ID_FILE")" \
+    -c "$dir/server.properties" >>"$LOG_DIR/$name-format.log"
+  STACK_GROUP=${KAFKA_REPLICATED_GROUPS[$((n - 1))]} start_bg "$name" java -Xms256m -Xmx512m \
+    ${KAFKA_GC_OPTS:--XX:+UseSerialGC} -cp "$KAFKA_HOME/lib/*" \
+    -Dlog4j2.configurationFile="$dir/log4j2.properties" kafka.Kafka "$dir/server.properties"
+}
+
+replicated_bootstrap() {
+  local p csv=""
+  for p in "${KAFKA_REPLICATED_PORTS[@]}"; do csv+="${csv:+,}127.0.0.1:$p"; done
+  echo "$csv"
+}
+
+# Three brokers in the metadata, and no partition short of a replica.
+replicated_whole() {
+  kcat -b "$(replicated_bootstrap)" -L -m 2 2>/dev/null | grep -q ' 3 brokers:' &&
+    [ -z "$(topics_at "$(replicated_bootstrap)" --describe --under-replicated-partitions 2>/dev/null)" ]
+}
+
+replicated_up() {
+  local n
+  install_jars
+  mkdir -p "$KAFKA_DATA" && write_log4j "$KAFKA_DATA/log4j2.properties" # the tools'
+  for n in 1 2 3; do node_up "$n"; done
+  wait_until 90 "the three Kafka nodes, every replica in sync" replicated_whole
+  log "kafka (replicated) ready on $(replicated_bootstrap)"
+}
+
+replicated_down() {
+  local n
+  for n in 1 2 3; do stop_pid "$(node_name "$n")"; done
+}
+
+# The node leading the metadata quorum (the active controller).
+active_controller() {
+  kafka_java org.apache.kafka.tools.MetadataQuorumCommand --bootstrap-server "$(replicated_bootstrap)" \
+    describe --status 2>/dev/null | awk '/^LeaderId:/ {print $2}'
+}
+
+# wipe_data N|single: node N's partitions gone, as with a lost disk (its
+# metadata log stays, see above); `single`: the single broker's whole log
+# directory, its only copy of everything. The process must be stopped.
+wipe_data() {
+  local name dir
+  if [ "$1" = single ]; then
+    name=kafka dir=$KAFKA_DATA/data
+  else
+    name=$(node_name "$1") dir=$(node_dir "$1")/data
+  fi
+  if is_running "$name"; then die "$name runs: stop it before wiping its data"; fi
+  rm -rf "$dir"
+  log "$name: data directory wiped"
+}
+
+# node_group N: the group id node N runs under (its packets, for a cut).
+node_group() { echo "${KAFKA_REPLICATED_GROUPS[$(($1 - 1))]}"; }
+
 
 "${@:-up}"

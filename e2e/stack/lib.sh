@@ -63,6 +63,14 @@ KAFKA_CONTROLLER_PORT=19093
 # A listener whose advertised address is toxiproxy's: clients bootstrapped
 # through the proxy stay behind it (toxiproxy.sh).
 KAFKA_PROXIED_PORT=19097
+# The replicated topology (STACK_TOPOLOGY=replicated, kafka.sh): three KRaft
+# nodes beside the single broker, each on its own ports and, so that one
+# iptables rule can cut everything a node sends, under a group id of its own.
+STACK_TOPOLOGY=${STACK_TOPOLOGY:-single}
+KAFKA_REPLICATED_PORTS=(19201 19202 19203)
+KAFKA_REPLICATED_CONTROLLER_PORTS=(19211 19212 19213)
+KAFKA_REPLICATED_BRIDGE_PORTS=(19221 19222 19223)
+KAFKA_REPLICATED_GROUPS=(19201 19202 19203)
 # Toxiproxy's API, and the proxies in front of Redis, Kafka and PostgreSQL
 # through which the slow-service faults are injected.
 TOXIPROXY_PORT=18474
@@ -160,7 +168,8 @@ is_running() { live_pid "$(pid_file "$1")" >/dev/null; }
 # current directory, appending to $LOG_DIR/NAME.log, its pid in NAME.pid
 # (Debian's start-stop-daemon does all four) and its start time beside it.
 # Does nothing if NAME already runs; a stale NAME.pid (its pid recycled) goes
-# first, or start-stop-daemon would take the stranger for NAME.
+# first, or start-stop-daemon would take the stranger for NAME. With
+# STACK_GROUP set, CMD runs under that group id (no /etc/group entry needed).
 start_bg() {
   local name=$1 cmd f
   shift
@@ -172,6 +181,7 @@ start_bg() {
   f=$(pid_file "$name")
   rm -f "$f"
   start-stop-daemon --start --background --make-pidfile --pidfile "$f" --chdir "$PWD" \
+    ${STACK_GROUP:+--group "$STACK_GROUP"} \
     --output "$LOG_DIR/$name.log" --startas "$cmd" -- "${@:2}" ||
     die "$name did not start"
   record_pid "$name" "$(cat "$f")"

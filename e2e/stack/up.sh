@@ -14,6 +14,7 @@ claim_stack
 "$STACK_DIR/redis.sh" up
 "$STACK_DIR/postgres.sh" up
 "$STACK_DIR/kafka.sh" up
+if [ "$STACK_TOPOLOGY" = replicated ]; then "$STACK_DIR/kafka.sh" replicated_up; fi
 "$STACK_DIR/toxiproxy.sh" up
 "$STACK_DIR/kube.sh" up
 "$STACK_DIR/node.sh" up

@@ -9,6 +9,13 @@ cluster_csv=$(IFS=,; echo "${cluster_urls[*]}")
 sentinels=()
 for port in "${REDIS_SENTINEL_PORTS[@]}"; do sentinels+=("127.0.0.1:$port"); done
 sentinel_csv=$(IFS=,; echo "${sentinels[*]}")
+replicated=() replicated_pods=()
+for i in 0 1 2; do
+  replicated+=("127.0.0.1:${KAFKA_REPLICATED_PORTS[$i]}")
+  replicated_pods+=("$BRIDGE_IP:${KAFKA_REPLICATED_BRIDGE_PORTS[$i]}")
+done
+replicated_csv=$(IFS=,; echo "${replicated[*]}")
+replicated_pods_csv=$(IFS=,; echo "${replicated_pods[*]}")
 
 cat >"$ENV_FILE.tmp" <<ENV
 # Written by e2e/stack/write-env.sh: source it (. $ENV_FILE).
@@ -22,6 +29,10 @@ export REDIS_SENTINEL_URL='redis-sentinel://$sentinel_csv/$REDIS_SENTINEL_SERVIC
 export DATABASE_URL='postgres://postgres@127.0.0.1:$PG_PORT/flashsale'
 export KAFKA_BOOTSTRAP='127.0.0.1:$KAFKA_PORT'
 export KAFKA_TLS_BOOTSTRAP='ssl://127.0.0.1:$KAFKA_TLS_PORT'
+# The replicated topology's three brokers (STACK_TOPOLOGY=replicated), from
+# here and from the cluster's pods.
+export KAFKA_REPLICATED_BOOTSTRAP='$replicated_csv'
+export KAFKA_REPLICATED_POD_BOOTSTRAP='$replicated_pods_csv'
 export KAFKA_SASL_BOOTSTRAP='sasl_ssl://$KAFKA_SASL_USER:$KAFKA_SASL_PASSWORD@127.0.0.1:$KAFKA_SASL_PORT'
 # The same services behind toxiproxy (toxiproxy.sh), whose API at
 # TOXIPROXY_URL makes them slow for the slow-service faults.

@@ -27,6 +27,20 @@ pub enum Kind {
     KafkaKill,
     /// Packets to the broker's ports dropped for 5 s (iptables).
     KafkaUnreachable,
+    /// The single broker SIGKILLed, its log directory wiped, started again
+    /// empty, after 4 s in which the consumers could not persist: its only
+    /// copy of the orders not yet persisted is gone. A demonstration,
+    /// expected to lose orders; not among `ALL`.
+    KafkaWipe,
+    /// Replicated topology: the leader of the sale's partition 0 SIGKILLed,
+    /// its data directory wiped, started again empty (it re-replicates).
+    BrokerWipe,
+    /// Replicated topology: the leader of the sale's partition 0 cut off
+    /// for 10 s (everything it sends dropped: iptables, its group id).
+    BrokerCut,
+    /// Replicated topology: the active KRaft controller SIGKILLed and
+    /// started again.
+    ControllerKill,
     /// PostgreSQL stopped in immediate mode, then started.
     PostgresRestart,
     /// Packets to PostgreSQL's port dropped for 5 s (iptables).
@@ -57,14 +71,18 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// Every kind, in report order.
-    pub const ALL: [Kind; 18] = [
+    /// Every kind that must hold, in report order (`KafkaWipe`, expected
+    /// to lose orders, runs only when named).
+    pub const ALL: [Kind; 21] = [
         Kind::RedisRestart,
         Kind::RedisFailover,
         Kind::RedisWipe,
         Kind::RedisPause,
         Kind::KafkaKill,
         Kind::KafkaUnreachable,
+        Kind::BrokerWipe,
+        Kind::BrokerCut,
+        Kind::ControllerKill,
         Kind::PostgresRestart,
         Kind::PostgresUnreachable,
         Kind::RedisSlow,
@@ -90,6 +108,15 @@ impl Kind {
     /// Whether the sale runs on the Redis Cluster (else on the node).
     pub fn on_cluster(self) -> bool {
         matches!(self, Kind::RedisFailover | Kind::RedisWipe)
+    }
+
+    /// Whether the sale's orders go to the replicated topology's three
+    /// brokers (replication factor 3, min.insync.replicas 2).
+    pub fn replicated(self) -> bool {
+        matches!(
+            self,
+            Kind::BrokerWipe | Kind::BrokerCut | Kind::ControllerKill
+        )
     }
 
     /// The toxiproxy proxies the run's processes reach this kind's slowed
@@ -244,8 +271,13 @@ pub fn unreachable(ports: &[u16]) -> Injected {
             .to_vec()
         })
         .collect();
+    drop_until_undone(&rules)
+}
+
+/// Inserts `rules` (each with [`RULE_COMMENT`]) until the guard goes.
+fn drop_until_undone(rules: &[Vec<String>]) -> Injected {
     let guard = Injected::register(remove_rules);
-    for rule in &rules {
+    for rule in rules {
         let mut args = vec!["-w", "-I"];
         args.extend(rule.iter().map(String::as_str));
         run("iptables", &args);
@@ -428,6 +460,98 @@ pub fn kafka_kill() -> Injected {
     guard
 }
 
+/// The single broker killed, its log directory wiped, started again empty,
+/// after 4 s in which the consumers could not persist (PostgreSQL
+/// unreachable): orders wait in the broker, as at a sale's peak, and its
+/// only copy of them goes.
+pub fn kafka_wipe() -> Injected {
+    let behind = unreachable(&POSTGRES_PORTS);
+    std::thread::sleep(Duration::from_secs(4));
+    let guard = Injected::register(|| restart_stack("kafka.sh", &["up"]));
+    kill_stack_process("kafka");
+    restart_stack("kafka.sh", &["wipe_data", "single"]);
+    restart_stack("kafka.sh", &["up"]);
+    drop(behind);
+    guard
+}
+
+/// What `kafka.sh ARGS` prints, when it succeeds.
+fn kafka_says(args: &[&str]) -> Option<String> {
+    let out = Command::new(script("kafka.sh"))
+        .args(args)
+        .env("FLASHSALE_RUN", stack::run_dir())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (!said.is_empty()).then_some(said)
+}
+
+/// The replicated node leading partition 0 of `topic` (kcat's metadata).
+pub fn partition_leader(bootstrap: &str, topic: &str) -> Option<String> {
+    let out = Command::new("kcat")
+        .args(["-b", bootstrap, "-L", "-J", "-t", topic, "-m", "5"])
+        .output()
+        .ok()?;
+    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    metadata["topics"][0]["partitions"]
+        .as_array()?
+        .iter()
+        .find(|p| p["partition"] == 0)
+        .map(|p| p["leader"].to_string())
+}
+
+/// Replicated node `node` killed, its data directory wiped (its metadata
+/// log kept: docs/reliability.md), started again empty.
+pub fn broker_wipe(node: &str) -> Injected {
+    let guard = {
+        let node = node.to_string();
+        Injected::register(move || restart_stack("kafka.sh", &["node_up", &node]))
+    };
+    kill_stack_process(&format!("kafka-r{node}"));
+    restart_stack("kafka.sh", &["wipe_data", node]);
+    restart_stack("kafka.sh", &["node_up", node]);
+    guard
+}
+
+/// Everything replicated node `node` sends dropped until the guard goes:
+/// clients, the other brokers and the controllers hear nothing from it.
+pub fn broker_cut(node: &str) -> Injected {
+    let Some(group) = kafka_says(&["node_group", node]) else {
+        eprintln!("chaos: no group id for kafka-r{node}");
+        return Injected::none();
+    };
+    let rule = [
+        "OUTPUT",
+        "-m",
+        "owner",
+        "--gid-owner",
+        &group,
+        "-m",
+        "comment",
+        "--comment",
+        RULE_COMMENT,
+        "-j",
+        "DROP",
+    ]
+    .map(str::to_string)
+    .to_vec();
+    drop_until_undone(&[rule])
+}
+
+/// The active controller of the replicated topology killed; started again
+/// when the guard goes.
+pub fn controller_kill() -> Injected {
+    let Some(node) = kafka_says(&["active_controller"]) else {
+        eprintln!("chaos: no active controller found");
+        return Injected::none();
+    };
+    let name = format!("kafka-r{node}");
+    let guard = Injected::register(move || restart_stack("kafka.sh", &["node_up", &node]));
+    kill_stack_process(&name);
+    guard
+}
+
 /// PostgreSQL stopped in immediate mode (a crash: recovery on start).
 pub fn postgres_crash() -> Injected {
     let guard = Injected::register(|| restart_stack("postgres.sh", &["up"]));
@@ -465,8 +589,12 @@ mod tests {
     fn kinds_have_names_and_one_runs_on_the_cluster() {
         let names: Vec<String> = Kind::ALL.iter().map(|k| k.name()).collect();
         assert_eq!(names[0], "redis-restart");
-        assert_eq!(names.len(), 18);
+        assert_eq!(names.len(), 21);
         assert_eq!(Kind::ALL.iter().filter(|k| k.on_cluster()).count(), 2);
+        assert_eq!(Kind::ALL.iter().filter(|k| k.replicated()).count(), 3);
+        // The demonstration that loses orders runs only when named.
+        assert!(!Kind::ALL.contains(&Kind::KafkaWipe));
+        assert_eq!(Kind::KafkaWipe.name(), "kafka-wipe");
     }
 
     #[test]

@@ -109,13 +109,14 @@ async fn main() -> anyhow::Result<()> {
                 serde_json::to_string_pretty(&result)?,
             )?;
             eprintln!(
-                "chaos: {:<22} #{index:<2} {} accepted {:>4}, lost {}, oversold {}, unavailable {:.1} s, converged {}{}",
+                "chaos: {:<22} #{index:<2} {} accepted {:>4}, lost {}, oversold {}, unavailable {:.1} s ({} decided during the fault), converged {}{}",
                 kind.name(),
                 if result.held { "held  " } else { "BROKE " },
                 result.accepted_orders,
                 result.orders_lost,
                 result.oversold_units,
                 result.unavailable_secs,
+                result.decided_during_fault,
                 result
                     .converge_secs
                     .map_or("never".to_string(), |s| format!("{s:.1} s after the end")),

@@ -29,6 +29,8 @@ pub struct KindFigures {
     pub unavailable_p50_secs: f64,
     /// ... and the worst run.
     pub unavailable_max_secs: f64,
+    /// The fewest decisions shoppers got while the fault held, over runs.
+    pub decided_during_fault_min: usize,
     /// Seconds from the end to the final reconciliation, median.
     pub converge_p50_secs: Option<f64>,
     /// ... and the worst run.
@@ -72,6 +74,11 @@ pub fn figures(runs: &[RunResult]) -> Vec<KindFigures> {
                 oversold_units: runs.iter().map(|r| r.oversold_units).sum(),
                 unavailable_p50_secs: median(unavailable.clone()).unwrap_or(0.0),
                 unavailable_max_secs: unavailable.iter().copied().fold(0.0, f64::max),
+                decided_during_fault_min: runs
+                    .iter()
+                    .map(|r| r.decided_during_fault)
+                    .min()
+                    .unwrap_or(0),
                 converge_p50_secs: median(converge.clone()),
                 converge_max_secs: converge.iter().copied().reduce(f64::max),
             }
@@ -83,7 +90,7 @@ pub fn figures(runs: &[RunResult]) -> Vec<KindFigures> {
 pub fn table(figures: &[KindFigures]) -> String {
     let secs = |s: Option<f64>| s.map_or("-".to_string(), |s| format!("{s:.1}"));
     let mut out = format!(
-        "{:<22} {:>5} {:>5} {:>9} {:>5} {:>9} {:>17} {:>17}\n",
+        "{:<22} {:>5} {:>5} {:>9} {:>5} {:>9} {:>17} {:>16} {:>17}\n",
         "fault",
         "runs",
         "held",
@@ -91,11 +98,12 @@ pub fn table(figures: &[KindFigures]) -> String {
         "lost",
         "oversold",
         "unavail p50/max",
+        "decided in fault",
         "converge p50/max"
     );
     for f in figures {
         out += &format!(
-            "{:<22} {:>5} {:>5} {:>9} {:>5} {:>9} {:>17} {:>17}\n",
+            "{:<22} {:>5} {:>5} {:>9} {:>5} {:>9} {:>17} {:>16} {:>17}\n",
             f.kind,
             f.runs,
             f.held,
@@ -106,6 +114,7 @@ pub fn table(figures: &[KindFigures]) -> String {
                 "{:.1} / {:.1} s",
                 f.unavailable_p50_secs, f.unavailable_max_secs
             ),
+            f.decided_during_fault_min,
             format!(
                 "{} / {} s",
                 secs(f.converge_p50_secs),
@@ -173,6 +182,7 @@ mod tests {
             oversold_units: 0,
             lookups_failed: 0,
             unavailable_secs: unavailable,
+            decided_during_fault: 0,
             converge_secs: converge,
             answers: Default::default(),
             timeline: Vec::new(),

@@ -12,6 +12,7 @@ use chrono::Utc;
 use flashsale_operator::model::crd::FlashSale;
 use flashsale_testkit as stack;
 use flashsale_testkit::procs::{Proc, wait_http};
+use flashsale_workload::bus::topics;
 use flashsale_workload::domain::invariants::evaluate;
 use flashsale_workload::domain::sale::SaleRef;
 use flashsale_workload::load::evidence::{Told as CheckerTold, gather};
@@ -65,6 +66,11 @@ pub struct RunResult {
     pub lookups_failed: usize,
     /// Seconds in which shoppers got only 503s or no answer.
     pub unavailable_secs: f64,
+    /// Decisions (202 or 4xx) shoppers got while the fault held: a closed
+    /// storm of 24 retrying shoppers soon waits entirely on the purchases a
+    /// fault stalls, so this, not `unavailable_secs`, says whether the
+    /// others were still served.
+    pub decided_during_fault: usize,
     /// Seconds from the window's end to the final reconciliation.
     pub converge_secs: Option<f64>,
     /// Answers by status and code.
@@ -174,6 +180,7 @@ pub async fn run(kind: Kind, index: u32, seed: u64, size: Size, dir: &Path) -> R
         oversold_units: 0,
         lookups_failed: 0,
         unavailable_secs: 0.0,
+        decided_during_fault: 0,
         converge_secs: None,
         answers: Default::default(),
         timeline: Vec::new(),
@@ -222,6 +229,14 @@ async fn run_inner(
     // A slowed service is reached through toxiproxy by every process of the
     // run (the pods too, for PostgreSQL); the checks at the end go direct.
     let slowed = |service: &str| kind.slowed().is_some_and(|(p, _)| p[0] == service);
+    // The replicated kinds' sale on the three brokers, made whole first
+    // (every node up, every replica in sync: a run starts from 3 copies).
+    let (kafka, pod_kafka) = if kind.replicated() {
+        faults::restart_stack("kafka.sh", &["replicated_up"]);
+        stack::kafka_replicated_bootstrap()
+    } else {
+        (stack::kafka_bootstrap(), "198.18.0.1:19094".to_string())
+    };
     let (redis_at, kafka_at, db_at) = (
         if slowed("redis") {
             stack::redis_proxied_url()
@@ -231,7 +246,7 @@ async fn run_inner(
         if slowed("kafka") {
             stack::kafka_proxied_bootstrap()
         } else {
-            stack::kafka_bootstrap()
+            kafka.clone()
         },
         if slowed("postgres") {
             proxied_database(&db_url)
@@ -239,13 +254,23 @@ async fn run_inner(
             db_url.clone()
         },
     );
+    let (replicas, min_insync) = if kind.replicated() {
+        ("3", "2")
+    } else {
+        ("1", "1")
+    };
     let env = vec![
         ("FLASHSALE_REDIS".to_string(), redis_at.clone()),
         ("KAFKA_BOOTSTRAP".into(), kafka_at),
         ("DATABASE_URL".into(), db_at.clone()),
         ("FLASHSALE_POD_REDIS".into(), pod_url(&redis)),
         ("FLASHSALE_POD_DATABASE_URL".into(), pod_url(&db_at)),
-        ("FLASHSALE_POD_KAFKA".into(), "198.18.0.1:19094".into()),
+        ("FLASHSALE_POD_KAFKA".into(), pod_kafka),
+        ("FLASHSALE_TOPIC_REPLICATION_FACTOR".into(), replicas.into()),
+        (
+            "FLASHSALE_TOPIC_MIN_INSYNC_REPLICAS".into(),
+            min_insync.into(),
+        ),
         (
             "FLASHSALE_WORKLOAD_IMAGE".into(),
             "docker.io/flashsale/flashsale:dev".into(),
@@ -311,6 +336,7 @@ async fn run_inner(
     let hold = Duration::from_millis(match kind {
         Kind::RedisPause => rng.random_range(2000..5000),
         Kind::KafkaUnreachable | Kind::PostgresUnreachable => 5000,
+        Kind::BrokerCut => 10_000,
         Kind::RedisSlow => 4000,
         Kind::KafkaSlow => 5000,
         Kind::PostgresSlow => 6000,
@@ -332,6 +358,7 @@ async fn run_inner(
         + Duration::from_secs(2);
     sleep_until(start - chrono::Duration::milliseconds(300)).await;
     result.timeline.push((at(t0), "storm".into()));
+    let storm_began = Instant::now();
     let shoppers = tokio::spawn(storm::run(storm::Storm {
         url: format!("http://127.0.0.1:{api_port}"),
         sale: "storm".into(),
@@ -343,9 +370,14 @@ async fn run_inner(
     result
         .timeline
         .push((at(t0), format!("inject {}", kind.name())));
-    let injected = inject(kind, &mut procs, &sales, &sale, size, end, latency_ms).await?;
+    let fault_from = storm_began.elapsed().as_secs_f64();
+    let injected = inject(
+        kind, &mut procs, &sales, &sale, &kafka, size, end, latency_ms,
+    )
+    .await?;
     tokio::time::sleep(hold).await;
     drop(injected);
+    let fault_to = storm_began.elapsed().as_secs_f64();
     result
         .timeline
         .push((at(t0), format!("undo {}", kind.name())));
@@ -361,6 +393,7 @@ async fn run_inner(
     result.accepted_orders = told.accepted.len();
     result.accepted_units = told.accepted.values().map(|(_, q)| q).sum();
     result.unavailable_secs = told.unavailable_secs();
+    result.decided_during_fault = told.decided_between(fault_from, fault_to);
     result.answers = told.answers.clone();
 
     // The final reconciliation after the (possibly extended) end.
@@ -375,7 +408,7 @@ async fn run_inner(
         .push((at(t0), format!("reconciled: {converged:?}")));
     result.converge_secs = converged.map(|t| (t - end).num_milliseconds() as f64 / 1000.0);
 
-    let checked = check(&db_url, &redis, &sale, &told, api_port, result).await;
+    let checked = check(&db_url, &redis, &kafka, &sale, &told, api_port, result).await;
     result.timeline.push((
         at(t0),
         match &checked {
@@ -443,10 +476,12 @@ async fn inject(
     procs: &mut Processes,
     sales: &Api<FlashSale>,
     sale: &SaleRef,
+    kafka: &str,
     size: Size,
     end: chrono::DateTime<Utc>,
     latency_ms: u64,
 ) -> anyhow::Result<Injected> {
+    let partition_leader = || faults::partition_leader(kafka, &topics::orders_topic(sale));
     let patch = |spec: serde_json::Value| async move {
         sales
             .patch(
@@ -464,6 +499,17 @@ async fn inject(
         Kind::RedisPause => faults::redis_pause(Duration::from_secs(5)),
         Kind::KafkaKill => faults::kafka_kill(),
         Kind::KafkaUnreachable => faults::unreachable(&faults::KAFKA_PORTS),
+        Kind::KafkaWipe => faults::kafka_wipe(),
+        Kind::BrokerWipe | Kind::BrokerCut => {
+            let node =
+                partition_leader().ok_or_else(|| anyhow::anyhow!("no leader of partition 0"))?;
+            if kind == Kind::BrokerWipe {
+                faults::broker_wipe(&node)
+            } else {
+                faults::broker_cut(&node)
+            }
+        }
+        Kind::ControllerKill => faults::controller_kill(),
         Kind::PostgresRestart => faults::postgres_crash(),
         Kind::PostgresUnreachable => faults::unreachable(&faults::POSTGRES_PORTS),
         Kind::RedisSlow | Kind::KafkaSlow | Kind::PostgresSlow => {
@@ -594,9 +640,11 @@ async fn wait_reconciled(
 }
 
 /// I1–I6 from the checker; every 202 looked up as its shopper.
+#[allow(clippy::too_many_arguments)]
 async fn check(
     db_url: &str,
     redis: &str,
+    kafka: &str,
     sale: &SaleRef,
     told: &storm::Told,
     api_port: u16,
@@ -619,7 +667,7 @@ async fn check(
     let evidence = gather(
         &db,
         &store,
-        &stack::kafka_bootstrap(),
+        kafka,
         &config,
         &evidence,
         Duration::from_secs(60),

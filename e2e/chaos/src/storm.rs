@@ -56,6 +56,16 @@ impl Told {
             .map(|w| (w[1] - w[0] - 0.25).max(0.0))
             .sum()
     }
+
+    /// Decisions (a 202 or a 4xx) answered between `from` and `to`, in
+    /// seconds since the storm began: whether shoppers were still served
+    /// while a fault held.
+    pub fn decided_between(&self, from: f64, to: f64) -> usize {
+        self.timeline
+            .iter()
+            .filter(|(at, decided)| *decided && (from..=to).contains(at))
+            .count()
+    }
 }
 
 /// The storm's shape.

@@ -102,6 +102,15 @@ pub fn kafka_bootstrap() -> String {
     var("KAFKA_BOOTSTRAP")
 }
 
+/// The replicated topology's three brokers (`STACK_TOPOLOGY=replicated`),
+/// as `host:port,…` from here and from the cluster's pods.
+pub fn kafka_replicated_bootstrap() -> (String, String) {
+    (
+        var("KAFKA_REPLICATED_BOOTSTRAP"),
+        var("KAFKA_REPLICATED_POD_BOOTSTRAP"),
+    )
+}
+
 /// Redis through toxiproxy (`e2e/stack/toxiproxy.sh`), which [`Toxic`] slows.
 pub fn redis_proxied_url() -> String {
     var("REDIS_PROXIED_URL")

@@ -49,6 +49,25 @@ impl GroupLag {
     pub fn partitions_with_lag(&self) -> usize {
         self.partitions.iter().filter(|p| p.lag() > 0).count()
     }
+
+    /// Messages the brokers hold that one member has not been given yet, on
+    /// the partitions assigned to it: `positions` is each one's next offset
+    /// for that member (`None` before its first message, when it reads
+    /// from the group's committed offset). Unlike [`GroupLag::total`], a
+    /// batch received but not yet committed does not count.
+    pub fn unreceived(&self, positions: &[(i32, Option<i64>)]) -> i64 {
+        positions
+            .iter()
+            .filter_map(|&(partition, position)| {
+                let p = self.partitions.iter().find(|p| p.partition == partition)?;
+                let from = position
+                    .or(p.committed)
+                    .unwrap_or(p.earliest)
+                    .max(p.earliest);
+                Some((p.latest - from).max(0))
+            })
+            .sum()
+    }
 }
 
 /// Reads a group's lag without joining the group (no rebalance is caused).
@@ -202,5 +221,55 @@ mod tests {
         };
         assert_eq!(lag.total(), 9);
         assert_eq!(lag.partitions_with_lag(), 1);
+    }
+
+    #[test]
+    fn unreceived_counts_only_the_members_partitions_past_its_position() {
+        let partition = |partition, earliest, latest, committed| PartitionOffsets {
+            partition,
+            earliest,
+            latest,
+            committed,
+        };
+        let lag = GroupLag {
+            partitions: vec![
+                partition(0, 0, 40, Some(10)),
+                partition(1, 0, 9, None),
+                partition(2, 5, 20, Some(2)),
+            ],
+        };
+        type Positions = &'static [(i32, Option<i64>)];
+        let cases: [(&str, Positions, i64); 6] = [
+            ("nothing assigned", &[], 0),
+            (
+                "received, not yet committed: not waiting",
+                &[(0, Some(40))],
+                0,
+            ),
+            ("stopped short of the end", &[(0, Some(26))], 14),
+            (
+                "no message yet: from the committed offset",
+                &[(0, None)],
+                30,
+            ),
+            (
+                "no message, never committed: from the start",
+                &[(1, None)],
+                9,
+            ),
+            (
+                "two partitions, one past the log start",
+                &[(1, Some(9)), (2, None)],
+                15,
+            ),
+        ];
+        for (what, positions, unreceived) in cases {
+            assert_eq!(lag.unreceived(positions), unreceived, "{what}");
+        }
+        assert_eq!(
+            lag.unreceived(&[(7, None)]),
+            0,
+            "a partition not in the lag"
+        );
     }
 }

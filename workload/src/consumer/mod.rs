@@ -24,6 +24,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
+use crate::bus::lag::GroupLag;
 use crate::bus::message::OrderMessage;
 use crate::bus::{client_config, topics};
 use crate::domain::purchase::ReservationState;
@@ -57,6 +58,27 @@ impl Default for ConsumerSettings {
             sweep_every: Duration::from_secs(1),
         }
     }
+}
+
+/// How long a consumer waits for a message while the brokers hold messages
+/// of its partitions that it has not been given, before it gives up its
+/// client: librdkafka can leave a partition assigned and never fetch it
+/// again after a broker restart (seen once in four controller kills; its
+/// issue 5153 is open). Well above the few seconds a leader change takes.
+pub const STALL_AFTER: Duration = Duration::from_secs(20);
+
+/// Why [`SaleConsumer::run`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Its stop token was cancelled.
+    Stopped,
+    /// It waited [`STALL_AFTER`] for `unreceived` messages of its
+    /// partitions: the caller builds a new consumer (the group redelivers
+    /// from the committed offsets; claims are idempotent).
+    Stalled {
+        /// Messages of its partitions it had not been given.
+        unreceived: i64,
+    },
 }
 
 /// One sale's consumer: a member of the sale's consumer group.
@@ -162,10 +184,12 @@ impl SaleConsumer {
         })
     }
 
-    /// Consumes until `stop` is cancelled; the batch in hand is finished first.
-    pub async fn run(&self, stop: CancellationToken) {
+    /// Consumes until `stop` is cancelled, or until it stalls; the batch in
+    /// hand is finished first.
+    pub async fn run(&self, stop: CancellationToken) -> Ended {
         tracing::info!(sale = %self.config.sale, "consumer started");
-        let lag_gauge = self.report_lag(stop.clone());
+        let (lag_tx, lag) = tokio::sync::watch::channel(GroupLag::default());
+        let lag_gauge = self.report_lag(stop.clone(), lag_tx);
         let sweeper = tokio::spawn(sweep_forever(
             self.db.clone(),
             self.store.clone(),
@@ -176,7 +200,7 @@ impl SaleConsumer {
         // Two batches in flight: while one is persisted and committed, the
         // next is fetched and its reservations claimed in Redis.
         let mut claimed: Option<(Vec<Item>, Vec<NewOrder>)> = None;
-        loop {
+        let ended = loop {
             let persist = async {
                 match claimed.take() {
                     Some((items, orders)) => self.finish(items, orders, &stop).await,
@@ -184,23 +208,30 @@ impl SaleConsumer {
                 }
             };
             let next = async {
-                let batch = self.next_batch(&stop).await?;
-                self.prepare(batch, &stop).await
+                let batch = self.next_batch(&stop, &lag).await?;
+                self.prepare(batch, &stop).await.ok_or(Ended::Stopped)
             };
             let (persisted, next) = tokio::join!(persist, next);
             match next {
-                Some(batch) if persisted => claimed = Some(batch),
-                _ => break,
+                Ok(batch) if persisted => claimed = Some(batch),
+                Ok(_) => break Ended::Stopped,
+                Err(ended) => break ended,
             }
-        }
+        };
         lag_gauge.abort();
         sweeper.abort();
-        tracing::info!(sale = %self.config.sale, "consumer stopped");
+        tracing::info!(sale = %self.config.sale, ?ended, "consumer stopped");
+        ended
     }
 
     /// Publishes the group's lag as a gauge every 5 s (the operator reads it
-    /// itself for scaling; this is for dashboards).
-    fn report_lag(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+    /// itself for scaling; this is for dashboards), and to `latest` for the
+    /// stall check.
+    fn report_lag(
+        &self,
+        stop: CancellationToken,
+        latest: tokio::sync::watch::Sender<GroupLag>,
+    ) -> tokio::task::JoinHandle<()> {
         let gauge = self.metrics.lag.get_or_create(&self.labels).clone();
         let topic = topics::orders_topic(&self.config.sale);
         let reader = crate::bus::lag::LagReader::new(
@@ -217,17 +248,31 @@ impl SaleConsumer {
                 }
                 if let Ok(lag) = reader.read(&topic).await {
                     gauge.set(lag.total());
+                    latest.send_replace(lag);
                 }
             }
         })
     }
 
     /// Waits for a first message, then gathers up to `batch_size` for at most
-    /// `batch_linger`. `None` once stopped.
-    async fn next_batch(&self, stop: &CancellationToken) -> Option<Vec<OwnedMessage>> {
+    /// `batch_linger`. Ends once stopped, or after waiting [`STALL_AFTER`]
+    /// while `lag` shows messages of its partitions it was not given.
+    async fn next_batch(
+        &self,
+        stop: &CancellationToken,
+        lag: &tokio::sync::watch::Receiver<GroupLag>,
+    ) -> Result<Vec<OwnedMessage>, Ended> {
+        let waiting = tokio::time::Instant::now();
+        let mut check = tokio::time::interval_at(waiting + STALL_AFTER, Duration::from_secs(5));
         let first = loop {
             tokio::select! {
-                () = stop.cancelled() => return None,
+                () = stop.cancelled() => return Err(Ended::Stopped),
+                _ = check.tick() => {
+                    let unreceived = lag.borrow().unreceived(&self.positions());
+                    if unreceived > 0 {
+                        return Err(Ended::Stalled { unreceived });
+                    }
+                }
                 received = self.consumer.recv() => match received {
                     Ok(m) => break m.detach(),
                     Err(e) => {
@@ -249,7 +294,24 @@ impl SaleConsumer {
                 Err(_) => break,
             }
         }
-        Some(batch)
+        Ok(batch)
+    }
+
+    /// Each assigned partition's next offset for this member (`None` before
+    /// its first message).
+    fn positions(&self) -> Vec<(i32, Option<i64>)> {
+        self.consumer
+            .position()
+            .map(|list| {
+                list.elements()
+                    .iter()
+                    .map(|e| match e.offset() {
+                        Offset::Offset(o) => (e.partition(), Some(o)),
+                        _ => (e.partition(), None),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Parses a batch, dead-letters what can never be persisted and claims

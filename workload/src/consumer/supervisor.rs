@@ -11,7 +11,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{ConsumerSettings, SaleConsumer};
+use super::{ConsumerSettings, Ended, STALL_AFTER, SaleConsumer};
 use crate::domain::sale::SaleConfig;
 use crate::metrics::Metrics;
 use crate::redis::store::SaleStore;
@@ -39,16 +39,31 @@ impl Supervisor {
         let this = self.clone();
         tokio::spawn(async move {
             let sale = config.sale.clone();
-            match SaleConsumer::new(
-                &this.bootstrap,
-                config,
-                this.db.clone(),
-                this.store.clone(),
-                this.settings,
-                this.metrics.clone(),
-            ) {
-                Ok(consumer) => consumer.run(stop).await,
-                Err(e) => tracing::error!(%sale, error = %e, "cannot start the consumer"),
+            // A stalled consumer is replaced by a new client, in the group
+            // again; its partitions are redelivered from the committed offsets.
+            while !stop.is_cancelled() {
+                let consumer = match SaleConsumer::new(
+                    &this.bootstrap,
+                    config.clone(),
+                    this.db.clone(),
+                    this.store.clone(),
+                    this.settings,
+                    this.metrics.clone(),
+                ) {
+                    Ok(consumer) => consumer,
+                    Err(e) => {
+                        tracing::error!(%sale, error = %e, "cannot start the consumer");
+                        return;
+                    }
+                };
+                match consumer.run(stop.clone()).await {
+                    Ended::Stopped => return,
+                    Ended::Stalled { unreceived } => tracing::warn!(
+                        %sale,
+                        unreceived,
+                        "no message for {STALL_AFTER:?} while its partitions hold some: rebuilding the Kafka consumer"
+                    ),
+                }
             }
         })
     }
