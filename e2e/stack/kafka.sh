@@ -43,6 +43,15 @@ logger.started.level=INFO
 PROPS
 }
 
+# add_bridge_listener PORT: once the bridge is up, a listener on it for the
+# pods, appended to the caller's listeners, advertised and protocols.
+add_bridge_listener() {
+  bridge_up || return 0
+  listeners+=",BRIDGE://$BRIDGE_IP:$1"
+  advertised+=",BRIDGE://$BRIDGE_IP:$1"
+  protocols+=",BRIDGE:PLAINTEXT"
+}
+
 write_config() {
   mkdir -p "$KAFKA_DATA"
   local listeners="PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT"
@@ -59,11 +68,7 @@ write_config() {
   advertised+=",PROXIED://127.0.0.1:$KAFKA_PROXY_PORT"
   protocols+=",PROXIED:PLAINTEXT"
   # Pods reach the broker through the test bridge, on a listener of their own.
-  if ip -4 addr show 2>/dev/null | grep -q "inet $BRIDGE_IP/"; then
-    listeners+=",BRIDGE://$BRIDGE_IP:$KAFKA_BRIDGE_PORT"
-    advertised+=",BRIDGE://$BRIDGE_IP:$KAFKA_BRIDGE_PORT"
-    protocols+=",BRIDGE:PLAINTEXT"
-  fi
+  add_bridge_listener "$KAFKA_BRIDGE_PORT"
   cat >"$KAFKA_DATA/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
@@ -204,11 +209,7 @@ write_node_config() {
   local listeners="PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller"
   local advertised="PLAINTEXT://127.0.0.1:$port"
   local protocols="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
-  if bridge_up; then
-    listeners+=",BRIDGE://$BRIDGE_IP:$bridge"
-    advertised+=",BRIDGE://$BRIDGE_IP:$bridge"
-    protocols+=",BRIDGE:PLAINTEXT"
-  fi
+  add_bridge_listener "$bridge"
   cat >"$dir/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=$n

@@ -253,25 +253,18 @@ const RULE_COMMENT: &str = "flashsale-chaos";
 pub fn unreachable(ports: &[u16]) -> Injected {
     let rules: Vec<Vec<String>> = ports
         .iter()
-        .map(|port| {
-            [
-                "INPUT",
-                "-p",
-                "tcp",
-                "--dport",
-                &port.to_string(),
-                "-m",
-                "comment",
-                "--comment",
-                RULE_COMMENT,
-                "-j",
-                "DROP",
-            ]
-            .map(str::to_string)
-            .to_vec()
-        })
+        .map(|port| drop_rule(&["INPUT", "-p", "tcp", "--dport", &port.to_string()]))
         .collect();
     drop_until_undone(&rules)
+}
+
+/// An iptables rule dropping what `matching` selects, marked as ours.
+fn drop_rule(matching: &[&str]) -> Vec<String> {
+    matching
+        .iter()
+        .chain(&["-m", "comment", "--comment", RULE_COMMENT, "-j", "DROP"])
+        .map(|a| a.to_string())
+        .collect()
 }
 
 /// Inserts `rules` (each with [`RULE_COMMENT`]) until the guard goes.
@@ -516,40 +509,27 @@ pub fn broker_wipe(node: &str) -> Injected {
 
 /// Everything replicated node `node` sends dropped until the guard goes:
 /// clients, the other brokers and the controllers hear nothing from it.
-pub fn broker_cut(node: &str) -> Injected {
-    let Some(group) = kafka_says(&["node_group", node]) else {
-        eprintln!("chaos: no group id for kafka-r{node}");
-        return Injected::none();
-    };
-    let rule = [
+pub fn broker_cut(node: &str) -> anyhow::Result<Injected> {
+    let group = kafka_says(&["node_group", node])
+        .ok_or_else(|| anyhow::anyhow!("no group id for kafka-r{node}"))?;
+    Ok(drop_until_undone(&[drop_rule(&[
         "OUTPUT",
         "-m",
         "owner",
         "--gid-owner",
         &group,
-        "-m",
-        "comment",
-        "--comment",
-        RULE_COMMENT,
-        "-j",
-        "DROP",
-    ]
-    .map(str::to_string)
-    .to_vec();
-    drop_until_undone(&[rule])
+    ])]))
 }
 
 /// The active controller of the replicated topology killed; started again
 /// when the guard goes.
-pub fn controller_kill() -> Injected {
-    let Some(node) = kafka_says(&["active_controller"]) else {
-        eprintln!("chaos: no active controller found");
-        return Injected::none();
-    };
+pub fn controller_kill() -> anyhow::Result<Injected> {
+    let node = kafka_says(&["active_controller"])
+        .ok_or_else(|| anyhow::anyhow!("no active controller found"))?;
     let name = format!("kafka-r{node}");
     let guard = Injected::register(move || restart_stack("kafka.sh", &["node_up", &node]));
     kill_stack_process(&name);
-    guard
+    Ok(guard)
 }
 
 /// PostgreSQL stopped in immediate mode (a crash: recovery on start).

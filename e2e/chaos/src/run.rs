@@ -506,10 +506,10 @@ async fn inject(
             if kind == Kind::BrokerWipe {
                 faults::broker_wipe(&node)
             } else {
-                faults::broker_cut(&node)
+                faults::broker_cut(&node)?
             }
         }
-        Kind::ControllerKill => faults::controller_kill(),
+        Kind::ControllerKill => faults::controller_kill()?,
         Kind::PostgresRestart => faults::postgres_crash(),
         Kind::PostgresUnreachable => faults::unreachable(&faults::POSTGRES_PORTS),
         Kind::RedisSlow | Kind::KafkaSlow | Kind::PostgresSlow => {

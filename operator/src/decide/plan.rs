@@ -577,26 +577,7 @@ fn periodic_due(timeline: &Timeline, index: u64) -> DateTime<Utc> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const WARM_AT: i64 = 1_000;
-    const START: i64 = 1_600;
-    const END: i64 = 2_200;
-    const CLEANUP_AT: i64 = 4_000;
-
-    fn t(secs: i64) -> DateTime<Utc> {
-        DateTime::from_timestamp(secs, 0).unwrap()
-    }
-
-    fn timeline() -> Timeline {
-        Timeline {
-            warm_at: t(WARM_AT),
-            start: t(START),
-            end: t(END),
-            cleanup_at: t(CLEANUP_AT),
-            reconcile_every: Duration::from_secs(200),
-            poll_every: Duration::from_secs(2),
-        }
-    }
+    use crate::model::timeline::tests::{CLEANUP_AT, END, START, WARM_AT, t, timeline};
 
     fn meta(paused: bool, busy: bool) -> SaleMeta {
         SaleMeta {

@@ -52,19 +52,20 @@ pub fn next_transition(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const WARM_AT: i64 = 1_000;
-    const START: i64 = 1_600;
-    const END: i64 = 2_200;
-    const CLEANUP_AT: i64 = 4_000;
+    // The sale every table test plans against (plan.rs's too).
+    pub(crate) const WARM_AT: i64 = 1_000;
+    pub(crate) const START: i64 = 1_600;
+    pub(crate) const END: i64 = 2_200;
+    pub(crate) const CLEANUP_AT: i64 = 4_000;
 
-    fn t(secs: i64) -> DateTime<Utc> {
+    pub(crate) fn t(secs: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(secs, 0).unwrap()
     }
 
-    fn timeline() -> Timeline {
+    pub(crate) fn timeline() -> Timeline {
         Timeline {
             warm_at: t(WARM_AT),
             start: t(START),
