@@ -16,13 +16,15 @@ demo: ## bring up the stack and run a live sale end to end, narrated
 	@$(MAKE) --no-print-directory -j2 stack release
 	@$(ENV) e2e/demo.sh
 
-# The tests' stack has the replicated topology too (three Kafka nodes), for
+# The tests' stack has the replicated topology too (three Kafka nodes, a
+# PostgreSQL primary and synchronous standby under Patroni), for
 # the chaos kinds that take one away.
 test: export STACK_TOPOLOGY = replicated
 test: ## install and start everything the tests need, then lint and pass them all
 	@$(STACK)/preflight.sh
 	@$(MAKE) --no-print-directory -j2 stack build-tests
 	@$(MAKE) --no-print-directory test-images check-crds
+	@$(ENV) e2e/stack/node-check.sh
 	@$(ENV) e2e/chart-check.sh
 	@$(ENV) e2e/alerts.sh
 	@$(ENV) e2e/chart-upgrade.sh
@@ -51,6 +53,7 @@ status: ## print the stack's addresses and health
 
 clean: down ## stop the stack and delete its data, PostgreSQL's too (caches stay)
 	@$(STACK)/postgres.sh purge
+	@$(STACK)/patroni.sh purge
 	rm -rf $(RUN)
 
 build: ## build the binaries (debug)

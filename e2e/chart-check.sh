@@ -136,6 +136,14 @@ dry_run services-ca-configmap --set servicesCa.existingConfigMap=corp-ca --set s
 dry_run redis-sentinel --set 'redis.url=redis-sentinel://redis-sentinel:26379\,redis-sentinel-1:26379/flashsale'
 dry_run operator-only --set api.enabled=false --set rbac.create=false \
   --set operator.podDisruptionBudget.enabled=false --set crds.enabled=false
+dry_run spread-own --set api.spreadAcrossNodes=false --set api.podDisruptionBudget.minAvailable=2 \
+  --set 'api.topologySpreadConstraints[0].maxSkew=1' \
+  --set 'api.topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone' \
+  --set 'api.topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule'
+# The example values for services people already run (charts/flashsale/examples).
+for example in "$CHART"/examples/*.yaml; do
+  dry_run "example-$(basename "$example" .yaml)" -f "$example"
+done
 
 # The rendered objects are what they should be.
 expect() {
@@ -151,6 +159,25 @@ expect "defaults: a ClusterRole and binding, the leader-election Role, 2 Deploym
   test "$(kinds defaults)" = "ClusterRole=1 ClusterRoleBinding=1 CustomResourceDefinition=1 Deployment=2 PodDisruptionBudget=2 Role=1 RoleBinding=1 Secret=4 Service=3 ServiceAccount=2"
 expect "watchNamespace: Roles only, no ClusterRole; the development identity: no JWT Secret" \
   test "$(kinds local-one-namespace)" = "CustomResourceDefinition=1 Deployment=2 PodDisruptionBudget=2 Role=2 RoleBinding=2 Secret=3 Service=3 ServiceAccount=2"
+# spread NAME: "COMPONENT:TOPOLOGY_KEYS:PDB_LIMIT ..." of a rendering.
+spread() {
+  python3 - "$TMP/$1.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+pdbs = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d["spec"] for d in docs if d["kind"] == "PodDisruptionBudget"}
+out = []
+for d in sorted((d for d in docs if d["kind"] == "Deployment"), key=lambda d: d["metadata"]["name"]):
+    component = d["metadata"]["labels"]["app.kubernetes.io/component"]
+    keys = ",".join(c["topologyKey"] for c in d["spec"]["template"]["spec"].get("topologySpreadConstraints", []))
+    limit = ",".join(f"{k}={v}" for k, v in pdbs.get(component, {}).items() if k != "selector")
+    out.append(f"{component}:{keys}:{limit}")
+print(" ".join(out))
+PY
+}
+expect "defaults: the API and the operator spread over nodes, evicted one at a time" \
+  test "$(spread defaults)" = "api:kubernetes.io/hostname:maxUnavailable=1 operator:kubernetes.io/hostname:maxUnavailable=1"
+expect "spreadAcrossNodes=false with constraints of one's own, minAvailable instead of maxUnavailable" \
+  test "$(spread spread-own)" = "api:topology.kubernetes.io/zone:minAvailable=2 operator:kubernetes.io/hostname:maxUnavailable=1"
 expect "crds.enabled=false: no CRD" \
   test "$(grep -c '^kind: CustomResourceDefinition' "$TMP/operator-only.yaml")" = 0
 # same_crd NAME: the rendering's CRD is crds/flashsale.yaml's, kept on uninstall.
@@ -186,6 +213,25 @@ expect "servicesCa.existingConfigMap: that ConfigMap and key, none made" \
   eval 'grep -q "name: corp-ca" "$TMP/services-ca-configmap.yaml" && grep -q "key: root.pem" "$TMP/services-ca-configmap.yaml" && [ "$(grep -c "^kind: ConfigMap" "$TMP/services-ca-configmap.yaml")" = 0 ]'
 expect "the API pods mount no ServiceAccount token" \
   grep -q 'automountServiceAccountToken: false' "$TMP/defaults.yaml"
+# env_from NAME DEPLOYMENT VAR: where VAR of DEPLOYMENT's first container
+# in a rendering comes from: its value, or secret:NAME/KEY.
+env_from() {
+  python3 - "$TMP/$1.yaml" "$2" "$3" <<'PY'
+import sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d and d["kind"] == "Deployment" and d["metadata"]["name"].endswith(sys.argv[2]):
+        for e in d["spec"]["template"]["spec"]["containers"][0].get("env", []):
+            if e["name"] == sys.argv[3]:
+                ref = e.get("valueFrom", {}).get("secretKeyRef")
+                print(f"secret:{ref['name']}/{ref['key']}" if ref else e.get("value"))
+PY
+}
+expect "examples/strimzi: the bootstrap list from its Secret, the cluster CA mounted, topics with 3 replicas and min.insync.replicas 2" \
+  eval '[ "$(env_from example-strimzi operator KAFKA_BOOTSTRAP)" = secret:flashsale-kafka/bootstrap ] && [ "$(env_from example-strimzi operator FLASHSALE_TOPIC_REPLICATION_FACTOR)" = 3 ] && [ "$(env_from example-strimzi operator FLASHSALE_TOPIC_MIN_INSYNC_REPLICAS)" = 2 ] && grep -q "name: services-ca$" "$TMP/example-strimzi.yaml"'
+expect "examples/cloudnativepg: the operator and the API take the URL from CloudNativePG's app Secret (key uri), the chart makes no database Secret" \
+  eval '[ "$(env_from example-cloudnativepg operator DATABASE_URL)" = secret:orders-app/uri ] && [ "$(env_from example-cloudnativepg api DATABASE_URL)" = secret:orders-app/uri ] && ! grep -q "name: chart-check-flashsale-database$" "$TMP/example-cloudnativepg.yaml"'
+expect "examples/managed-redis: the Redis URL (with its password) from its Secret" \
+  eval '[ "$(env_from example-managed-redis operator FLASHSALE_REDIS)" = secret:flashsale-redis/url ] && [ "$(env_from example-managed-redis api FLASHSALE_REDIS)" = secret:flashsale-redis/url ]'
 
 # ServiceMonitors and the consumers' PodMonitor: rendered only when enabled;
 # sent to the apiserver only where the Prometheus Operator's CRDs exist.

@@ -51,6 +51,10 @@ up() {
   fi
   # IPv4 only: no IPv6 link-local chatter from the bridge.
   [ -e "/proc/sys/net/ipv6/conf/$BRIDGE_NAME/disable_ipv6" ] && set_sysctl bridge "net.ipv6.conf.$BRIDGE_NAME.disable_ipv6" 1
+  # A fixed address: a bridge left to itself takes its lowest port's, so a
+  # pod coming or going could change the gateway's MAC under every other
+  # pod, whose ARP entries would then send to nowhere for up to a minute.
+  as_root ip link set dev "$BRIDGE_NAME" address "$(bridge_mac 1)"
   bridge_up || as_root ip addr add "$BRIDGE_IP/$PREFIX_LEN" dev "$BRIDGE_NAME"
   as_root ip link set dev "$BRIDGE_NAME" up
   as_root ip route replace "$SERVICE_CIDR" dev "$BRIDGE_NAME"

@@ -12,7 +12,10 @@ fi
 
 "$STACK_DIR/local.sh" down
 "$STACK_DIR/prometheus.sh" down
+NODE_INDEX=2 "$STACK_DIR/node.sh" down
 "$STACK_DIR/node.sh" down
+# Before etcd goes: without its leader key, Patroni would demote the primary.
+"$STACK_DIR/patroni.sh" down
 "$STACK_DIR/kube.sh" down
 "$STACK_DIR/toxiproxy.sh" down
 "$STACK_DIR/kafka.sh" down

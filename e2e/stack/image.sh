@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds a container image from host files and imports it into the node's
-# containerd: no registry and no container engine are needed (or reachable).
+# Builds a container image from host files and imports it into every
+# running node's containerd: no registry and no container engine are needed (or reachable).
 #
 #   image.sh [-f SRC[:DST]]... [-e KEY=VALUE]... [-c ARG]... [-w DIR] [-u USER]
 #            NAME TAG BINARY [ENTRYPOINT [ARG...]]
@@ -16,7 +16,7 @@
 #
 # Cheap when nothing changed: a build whose inputs match the last one's is
 # skipped, and an image containerd already holds with the same digest is not
-# imported again. Prints the image's name. The node must be up (node.sh up).
+# imported again. Prints the image's name. A node must be up (node.sh up).
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -44,20 +44,23 @@ dst=/usr/local/bin/$(basename "$binary")
 [ $# -gt 0 ] || set -- "$dst"
 ref=$IMAGE_PREFIX/$name:$tag
 
-node_ctr version >/dev/null 2>&1 || die "the node's containerd is not running (e2e/stack/node.sh up)"
-
-out=$NODE_DIR/images/$name-$tag.tar
-mkdir -p "$NODE_DIR/images"
+out=$IMAGES_DIR/$name-$tag.tar
+mkdir -p "$IMAGES_DIR"
 digest=$("$PYTHON" "$STACK_DIR/oci-image.py" --name "$ref" --out "$out" --stamp "$out.stamp" \
   --file "$binary:$dst" "${opts[@]}" -- "$@")
 
-have=$(node_ctr -n k8s.io images ls "name==$ref" 2>/dev/null | awk 'NR == 2 { print $3 }')
-if [ "$have" = "$digest" ]; then
-  log "image $ref up to date ($digest)"
-else
+# import_into_node: the image into the current node's containerd, unless
+# it holds this digest already.
+import_into_node() {
+  local have stale
+  have=$(node_ctr -n k8s.io images ls "name==$ref" 2>/dev/null | awk 'NR == 2 { print $3 }')
+  if [ "$have" = "$digest" ]; then
+    log "image $ref up to date on $NODE_NAME ($digest)"
+    return 0
+  fi
   node_ctr -n k8s.io images import "$out" >/dev/null ||
-    die "importing $out failed"
-  log "image $ref imported ($digest)"
+    die "importing $out into $NODE_NAME failed"
+  log "image $ref imported into $NODE_NAME ($digest)"
   # The kubelet's image GC is off: drop the replaced image's content now, by
   # removing the ID reference (sha256:<config>) the CRI plugin made for it,
   # unless another name still uses it. Running containers keep their files.
@@ -67,5 +70,14 @@ else
       END { if (!named) for (i in ids) print i }')
     [ ${#stale[@]} -eq 0 ] || node_ctr -n k8s.io images rm "${stale[@]}" >/dev/null 2>&1 || true
   fi
-fi
+}
+
+imported=0
+for n in "${NODE_INDICES[@]}"; do
+  use_node "$n"
+  node_ctr version >/dev/null 2>&1 || continue
+  import_into_node
+  imported=$((imported + 1))
+done
+[ "$imported" -gt 0 ] || die "no node's containerd is running (e2e/stack/node.sh up)"
 echo "$ref"

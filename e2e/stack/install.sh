@@ -8,6 +8,7 @@ source "$(dirname "$0")/lib.sh"
 PACKAGES=(
   redis-server redis-tools        # Redis 7, single node and cluster
   postgresql-15 postgresql-client-15
+  patroni haproxy                 # the replicated topology's PostgreSQL failover, one address for its primary
   kcat                            # Kafka metadata probe
   openssl iproute2 iptables conntrack
   containerd runc containernetworking-plugins   # the cluster node

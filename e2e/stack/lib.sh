@@ -71,6 +71,11 @@ KAFKA_REPLICATED_PORTS=(19201 19202 19203)
 KAFKA_REPLICATED_CONTROLLER_PORTS=(19211 19212 19213)
 KAFKA_REPLICATED_BRIDGE_PORTS=(19221 19222 19223)
 KAFKA_REPLICATED_GROUPS=(19201 19202 19203)
+# Its PostgreSQL (patroni.sh): two members, primary and synchronous standby,
+# each with Patroni's REST API; HAProxy's one address follows the primary.
+PG_HA_PORT=15440
+PG_HA_MEMBER_PORTS=(15441 15442)
+PG_HA_REST_PORTS=(15451 15452)
 # Toxiproxy's API, and the proxies in front of Redis, Kafka and PostgreSQL
 # through which the slow-service faults are injected.
 TOXIPROXY_PORT=18474
@@ -94,9 +99,8 @@ SERVICE_CIDR=198.19.0.0/16
 BRIDGE_IP=198.18.0.1
 BRIDGE_NAME=fsbr0
 FIRST_SERVICE_IP=198.19.0.1
-# The one node's name (also in its certificate) and the apiserver's address:
-# it serves on the bridge, where the host and the pods both reach it.
-NODE_NAME=flashsale-node
+# The apiserver's address: it serves on the bridge, where the host and the
+# pods both reach it.
 APISERVER_URL=https://$BRIDGE_IP:$APISERVER_PORT
 PKI=$RUN_DIR/pki
 # The services' TLS (PostgreSQL, Redis, Kafka): a CA of their own and one server
@@ -104,11 +108,33 @@ PKI=$RUN_DIR/pki
 # replaces whole when it is incomplete.
 SERVICES_PKI=$RUN_DIR/pki-services
 SERVICES_CA=$SERVICES_PKI/ca.crt
-# The node (node.sh): containerd's files and socket. Images built with
-# image.sh are called $IMAGE_PREFIX/NAME:TAG; tests' pods use PROBE_IMAGE.
-NODE_DIR=$RUN_DIR/node
-CONTAINERD_DIR=$NODE_DIR/containerd
-CONTAINERD_SOCK=$CONTAINERD_DIR/containerd.sock
+# The nodes (node.sh), chosen by NODE_INDEX: 1, the host's own network, and
+# in the replicated topology 2, in a network namespace of its own whose
+# bridge is joined to $BRIDGE_NAME (one L2 segment, so every pod reaches
+# every other and the host directly). Each has its name (also in its
+# certificates), address, pod range, containerd (files and socket),
+# cgroup root and process names. Images built with image.sh are called
+# $IMAGE_PREFIX/NAME:TAG; tests' pods use PROBE_IMAGE.
+# Every node the stack knows (up.sh starts node 2 only when replicated),
+# and the images built for them all (image.sh imports into each running).
+NODE_INDICES=(1 2)
+IMAGES_DIR=$RUN_DIR/images
+use_node() {
+  NODE_INDEX=$1
+  if [ "$NODE_INDEX" = 1 ]; then
+    NODE_NAME=flashsale-node NODE_IP=$BRIDGE_IP NODE_DIR=$RUN_DIR/node NODE_NETNS=""
+    NODE_SUFFIX="" NODE_CGROUP_ROOT=""
+  else
+    NODE_NAME=flashsale-node-$NODE_INDEX NODE_IP=198.18.0.$NODE_INDEX NODE_DIR=$RUN_DIR/node$NODE_INDEX
+    NODE_NETNS=fsnode$NODE_INDEX NODE_SUFFIX=-$NODE_INDEX NODE_CGROUP_ROOT=$NODE_NAME
+  fi
+  NODE_POD_RANGE=(198.18.$NODE_INDEX.1 198.18.$NODE_INDEX.254)
+  CONTAINERD_DIR=$NODE_DIR/containerd
+  CONTAINERD_SOCK=$CONTAINERD_DIR/containerd.sock
+}
+use_node "${NODE_INDEX:-1}"
+# bridge_mac N: node N's bridge's fixed, locally administered address.
+bridge_mac() { printf '02:46:53:00:00:%02x\n' "$1"; }
 IMAGE_PREFIX=docker.io/flashsale
 PAUSE_IMAGE=$IMAGE_PREFIX/pause:3.10
 PROBE_IMAGE=$IMAGE_PREFIX/probe:1
@@ -169,7 +195,8 @@ is_running() { live_pid "$(pid_file "$1")" >/dev/null; }
 # (Debian's start-stop-daemon does all four) and its start time beside it.
 # Does nothing if NAME already runs; a stale NAME.pid (its pid recycled) goes
 # first, or start-stop-daemon would take the stranger for NAME. With
-# STACK_GROUP set, CMD runs under that group id (no /etc/group entry needed).
+# STACK_GROUP set, CMD runs under that group id (no /etc/group entry needed);
+# with STACK_USER, as that user (its log still opened by root).
 start_bg() {
   local name=$1 cmd f
   shift
@@ -181,7 +208,7 @@ start_bg() {
   f=$(pid_file "$name")
   rm -f "$f"
   start-stop-daemon --start --background --make-pidfile --pidfile "$f" --chdir "$PWD" \
-    ${STACK_GROUP:+--group "$STACK_GROUP"} \
+    ${STACK_GROUP:+--group "$STACK_GROUP"} ${STACK_USER:+--chuid "$STACK_USER"} \
     --output "$LOG_DIR/$name.log" --startas "$cmd" -- "${@:2}" ||
     die "$name did not start"
   record_pid "$name" "$(cat "$f")"
@@ -243,6 +270,18 @@ wait_until() {
   done
 }
 
+# PostgreSQL 15's server binaries (Debian), for postgres.sh and patroni.sh.
+PG_BIN=/usr/lib/postgresql/15/bin
+# as_postgres CMD...: run CMD as `postgres` from /, which it can always enter
+# (the clone's directory may be closed to it).
+as_postgres() {
+  if [ "$(id -un)" = postgres ]; then (cd / && "$@"); else (cd / && as_root runuser -u postgres -- "$@"); fi
+}
+# ensure_database PORT NAME: database NAME exists on the server at PORT.
+ensure_database() {
+  psql -h 127.0.0.1 -p "$1" -U postgres -tAc "select 1 from pg_database where datname='$2'" | grep -q 1 ||
+    psql -h 127.0.0.1 -p "$1" -U postgres -qc "create database $2"
+}
 # node_ctr ARGS...: ctr against the node's containerd.
 node_ctr() { as_root ctr -a "$CONTAINERD_SOCK" "$@"; }
 

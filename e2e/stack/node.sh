@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# The cluster's one node, $NODE_NAME: containerd (Debian's, with its own
+# A node of the cluster, $NODE_NAME: containerd (Debian's, with its own
 # config, root, state and socket under $NODE_DIR), the kubelet and kube-proxy
 # (iptables mode). Pods sit on the test bridge ($BRIDGE_NAME, made by
 # bridge.sh) and reach the host's services at $BRIDGE_IP, the apiserver
 # through the `kubernetes` Service ($FIRST_SERVICE_IP:443).
+#
+# NODE_INDEX chooses the node (lib.sh's use_node): 1, the one node, in the
+# host's network; 2 (STACK_TOPOLOGY=replicated) in the network namespace
+# $NODE_NETNS, its own bridge joined to $BRIDGE_NAME by a veth pair, its
+# pods under a cgroup root of their own, so a drain or a stopped kubelet
+# moves pods between two nodes.
 #
 #   node.sh up       build what is missing, write the configs and the node's
 #                    certificates, start what is not running, import the
@@ -30,6 +36,15 @@ PROXY_KUBECONFIG=$NODE_DIR/kube-proxy.kubeconfig
 KUBELET_HEALTHZ_PORT=10248
 PROXY_HEALTHZ_PORT=10256
 PROXY_METRICS_PORT=10249
+# Where the kubelet's and kube-proxy's health answers: loopback for the
+# host's node; the node's own address for a node in a namespace, so the
+# host reaches it without entering the namespace.
+HEALTH_IP=127.0.0.1
+[ -z "$NODE_NETNS" ] || HEALTH_IP=$NODE_IP
+# The namespaced node's bridge and the two ends of its link to $BRIDGE_NAME.
+NODE_BRIDGE=fsbr$NODE_INDEX
+HOST_VETH=fsn${NODE_INDEX}h
+NODE_VETH=fsn${NODE_INDEX}n
 # The kubelet and kube-proxy change these; `down` puts the originals back.
 NODE_SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
   kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.conf.all.route_localnet
@@ -39,12 +54,22 @@ NODE_SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_
 REGISTRIES=(docker.io registry.k8s.io quay.io ghcr.io gcr.io)
 
 kubectl() { "$K8S_BIN/kubectl" --kubeconfig "$RUN_DIR/kubeconfig" "$@"; }
+# proc NAME: a component's process name (containerd, containerd-2, ...).
+proc() { echo "$1$NODE_SUFFIX"; }
+# What runs a command in the node's network namespace (nothing for node 1):
+# nsenter, not `ip netns exec`, which remounts /sys for the namespace.
+IN_NETNS=()
+[ -z "$NODE_NETNS" ] || IN_NETNS=(nsenter --net="/run/netns/$NODE_NETNS" --)
+# in_node CMD...: CMD in the node's network namespace.
+in_node() {
+  if [ -n "$NODE_NETNS" ]; then as_root "${IN_NETNS[@]}" "$@"; else "$@"; fi
+}
 
 # ---------------------------------------------------------- health ----
 
 containerd_ok() { node_ctr version >/dev/null 2>&1; }
-kubelet_ok() { [ "$(curl -sS --max-time 2 "http://127.0.0.1:$KUBELET_HEALTHZ_PORT/healthz" 2>/dev/null)" = ok ]; }
-proxy_ok() { curl -fsS --max-time 2 "http://127.0.0.1:$PROXY_HEALTHZ_PORT/healthz" >/dev/null 2>&1; }
+kubelet_ok() { [ "$(curl -sS --max-time 2 "http://$HEALTH_IP:$KUBELET_HEALTHZ_PORT/healthz" 2>/dev/null)" = ok ]; }
+proxy_ok() { curl -fsS --max-time 2 "http://$HEALTH_IP:$PROXY_HEALTHZ_PORT/healthz" >/dev/null 2>&1; }
 # node_ready [SINCE]: the Node is Ready, by a heartbeat at or after SINCE
 # (RFC 3339, UTC) when given: the Node object stays Ready for 40 s after its
 # kubelet stopped, so only a fresh heartbeat says the new kubelet is up.
@@ -69,18 +94,18 @@ healthy() {
 ensure_node_pki() {
   local f need=false
   [ -f "$PKI/ca.key" ] || die "no cluster CA in $PKI: run kube.sh up first"
-  for f in kubelet kubelet-serving kube-proxy; do
+  for f in "kubelet$NODE_SUFFIX" "kubelet-serving$NODE_SUFFIX" kube-proxy; do
     openssl verify -CAfile "$PKI/ca.crt" "$PKI/$f.crt" >/dev/null 2>&1 || need=true
   done
   $need || return 0
   (
     cd "$PKI"
     umask 077
-    issue ca kubelet "/O=system:nodes/CN=system:node:$NODE_NAME" "$CLIENT_EXT"
-    issue ca kubelet-serving "/O=system:nodes/CN=system:node:$NODE_NAME" "basicConstraints = critical, CA:FALSE
+    issue ca "kubelet$NODE_SUFFIX" "/O=system:nodes/CN=system:node:$NODE_NAME" "$CLIENT_EXT"
+    issue ca "kubelet-serving$NODE_SUFFIX" "/O=system:nodes/CN=system:node:$NODE_NAME" "basicConstraints = critical, CA:FALSE
 keyUsage = critical, digitalSignature, keyEncipherment
 extendedKeyUsage = serverAuth
-subjectAltName = DNS:$NODE_NAME, IP:$BRIDGE_IP"
+subjectAltName = DNS:$NODE_NAME, IP:$NODE_IP"
     issue ca kube-proxy "/CN=system:kube-proxy" "$CLIENT_EXT"
   ) || die "issuing the node's certificates failed"
   log "node certificates issued in $PKI"
@@ -152,7 +177,10 @@ disabled_plugins = [
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = "$CONTAINERD_DIR/certs.d"
 EOF
-  # Pods get 198.18.1.1 and up; 198.18.0.0/24 is the host side's.
+  # Node N's pods get 198.18.N.1-254; 198.18.0.0/24 holds the nodes'
+  # own addresses. The host's bridge is every pod's gateway.
+  local bridge=$BRIDGE_NAME is_gateway=true
+  [ -z "$NODE_NETNS" ] || bridge=$NODE_BRIDGE is_gateway=false
   cat >"$CNI_CONF_DIR/10-flashsale.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
@@ -160,14 +188,14 @@ EOF
   "plugins": [
     {
       "type": "bridge",
-      "bridge": "$BRIDGE_NAME",
-      "isGateway": true,
+      "bridge": "$bridge",
+      "isGateway": $is_gateway,
       "hairpinMode": true,
       "ipMasq": false,
       "ipam": {
         "type": "host-local",
         "dataDir": "$CNI_IPAM_DIR",
-        "ranges": [[{ "subnet": "$POD_CIDR", "rangeStart": "198.18.1.1", "gateway": "$BRIDGE_IP" }]],
+        "ranges": [[{ "subnet": "$POD_CIDR", "rangeStart": "${NODE_POD_RANGE[0]}", "rangeEnd": "${NODE_POD_RANGE[1]}", "gateway": "$BRIDGE_IP" }]],
         "routes": [{ "dst": "0.0.0.0/0" }]
       }
     },
@@ -184,13 +212,13 @@ write_kubelet_config() {
 # Written by e2e/stack/node.sh.
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: $BRIDGE_IP
+address: $NODE_IP
 port: 10250
 readOnlyPort: 0
-healthzBindAddress: 127.0.0.1
+healthzBindAddress: $HEALTH_IP
 healthzPort: $KUBELET_HEALTHZ_PORT
-tlsCertFile: $PKI/kubelet-serving.crt
-tlsPrivateKeyFile: $PKI/kubelet-serving.key
+tlsCertFile: $PKI/kubelet-serving$NODE_SUFFIX.crt
+tlsPrivateKeyFile: $PKI/kubelet-serving$NODE_SUFFIX.key
 rotateCertificates: false
 serverTLSBootstrap: false
 authentication:
@@ -204,6 +232,7 @@ authorization:
   mode: Webhook
 containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
 cgroupDriver: cgroupfs
+cgroupRoot: /$NODE_CGROUP_ROOT
 failCgroupV1: false
 failSwapOn: false
 resolvConf: /etc/resolv.conf
@@ -234,10 +263,10 @@ clusterCIDR: $POD_CIDR
 hostnameOverride: $NODE_NAME
 clientConnection:
   kubeconfig: $PROXY_KUBECONFIG
-healthzBindAddress: 127.0.0.1:$PROXY_HEALTHZ_PORT
-metricsBindAddress: 127.0.0.1:$PROXY_METRICS_PORT
+healthzBindAddress: $HEALTH_IP:$PROXY_HEALTHZ_PORT
+metricsBindAddress: $HEALTH_IP:$PROXY_METRICS_PORT
 # NodePorts answer on loopback and the bridge only, never on eth0.
-nodePortAddresses: [127.0.0.1/32, $BRIDGE_IP/32]
+nodePortAddresses: [127.0.0.1/32, $NODE_IP/32]
 conntrack:
   maxPerCore: 0
   min: 0
@@ -250,10 +279,10 @@ iptables:
 EOF
 }
 
-# build_c NAME: $NODE_DIR/bin/NAME from node/NAME.c, static, when stale.
+# build_c NAME: $IMAGES_DIR/bin/NAME from node/NAME.c, static, when stale.
 build_c() {
-  local src=$STACK_DIR/node/$1.c bin=$NODE_DIR/bin/$1
-  mkdir -p "$NODE_DIR/bin"
+  local src=$STACK_DIR/node/$1.c bin=$IMAGES_DIR/bin/$1
+  mkdir -p "$IMAGES_DIR/bin"
   [ -x "$bin" ] && [ "$bin" -nt "$src" ] && return 0
   command -v gcc >/dev/null || die "gcc not found (install.sh installs it)"
   gcc -static -O2 -s -Wall -o "$bin.tmp" "$src" || die "building $src failed"
@@ -264,18 +293,82 @@ build_c() {
 ensure_images() {
   build_c pause
   build_c probe
-  "$STACK_DIR/image.sh" pause "${PAUSE_IMAGE##*:}" "$NODE_DIR/bin/pause" /usr/local/bin/pause >/dev/null
-  "$STACK_DIR/image.sh" -c sleep probe "${PROBE_IMAGE##*:}" "$NODE_DIR/bin/probe" >/dev/null
+  "$STACK_DIR/image.sh" pause "${PAUSE_IMAGE##*:}" "$IMAGES_DIR/bin/pause" /usr/local/bin/pause >/dev/null
+  "$STACK_DIR/image.sh" -c sleep probe "${PROBE_IMAGE##*:}" "$IMAGES_DIR/bin/probe" >/dev/null
+}
+
+# ------------------------------------------------ a node's own place ----
+
+# The namespace, its bridge (the node's address on it), and the veth pair
+# that joins it to the host's bridge: one L2 segment, so pods of both nodes,
+# the nodes and the host's services reach each other directly. Nothing in
+# the namespace has another way out: everything it sends crosses
+# $BRIDGE_NAME, under bridge.sh's guard.
+netns_up() {
+  [ -e "/run/netns/$NODE_NETNS" ] || as_root ip netns add "$NODE_NETNS"
+  ip link show dev "$HOST_VETH" >/dev/null 2>&1 ||
+    as_root ip link add "$HOST_VETH" type veth peer name "$NODE_VETH" netns "$NODE_NETNS"
+  as_root sysctl -qw "net.ipv6.conf.$HOST_VETH.disable_ipv6=1"
+  as_root ip link set dev "$HOST_VETH" master "$BRIDGE_NAME" up
+  in_node ip link show dev "$NODE_BRIDGE" >/dev/null 2>&1 || in_node ip link add name "$NODE_BRIDGE" type bridge
+  in_node ip link set dev "$NODE_BRIDGE" address "$(bridge_mac "$NODE_INDEX")" # see bridge.sh
+  in_node sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv4.ip_forward=1
+  # Bridged pod traffic through iptables, as on the host (Services' hairpin).
+  in_node sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null || true
+  in_node ip link set dev "$NODE_VETH" master "$NODE_BRIDGE" up
+  in_node ip addr replace "$NODE_IP/${POD_CIDR#*/}" dev "$NODE_BRIDGE"
+  in_node ip link set dev "$NODE_BRIDGE" up
+  in_node ip link set dev lo up
+  in_node ip route replace default via "$BRIDGE_IP"
+}
+
+# The namespace and, with it, its veth pair, bridge and iptables rules
+# (once the last process in it is gone).
+netns_down() {
+  [ -e "/run/netns/$NODE_NETNS" ] && as_root ip netns del "$NODE_NETNS"
+  as_root ip link del dev "$HOST_VETH" 2>/dev/null || true
+}
+
+# The kubelet insists its cgroup root exists in every hierarchy (cgroup v1
+# here); a new cpuset takes its parent's CPUs and memory nodes.
+cgroup_root_up() {
+  local h d
+  for h in /sys/fs/cgroup/*/; do
+    d=$h$NODE_CGROUP_ROOT
+    [ -d "$d" ] || as_root mkdir "$d"
+    if [ -f "$h/cpuset.cpus" ] && [ -z "$(cat "$d/cpuset.cpus")" ]; then
+      as_root tee "$d/cpuset.cpus" <"$h/cpuset.cpus" >/dev/null
+      as_root tee "$d/cpuset.mems" <"$h/cpuset.mems" >/dev/null
+    fi
+  done
+}
+
+# The node's cgroup directories: node 1's kubepods, another node's root.
+node_cgroups() {
+  local d
+  for d in /sys/fs/cgroup/*/"${NODE_CGROUP_ROOT:-kubepods}" /sys/fs/cgroup/"${NODE_CGROUP_ROOT:-kubepods}"; do
+    [ -d "$d" ] && echo "$d"
+  done
+  return 0
 }
 
 # ---------------------------------------------------------- commands ----
+
+# start_in_node COMPONENT CMD...: start_bg in the node's namespace, under
+# the component's process name (nsenter execs CMD: its pid is CMD's).
+start_in_node() {
+  local name
+  name=$(proc "$1")
+  shift
+  start_bg "$name" "${IN_NETNS[@]}" "$@"
+}
 
 elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
 
 up() {
   local t0 all_up=true c since
   t0=$(date +%s.%N)
-  for c in "${COMPONENTS[@]}"; do is_running "$c" && healthy "$c" || all_up=false; done
+  for c in "${COMPONENTS[@]}"; do is_running "$(proc "$c")" && healthy "$c" || all_up=false; done
   if $all_up && node_ready ""; then
     ensure_images
     log "node $NODE_NAME already up"
@@ -290,29 +383,31 @@ up() {
     [ -x "$c" ] || die "$c missing (install.sh installs containernetworking-plugins)"
   done
   mkdir -p "$NODE_DIR"
+  if [ -n "$NODE_NETNS" ]; then netns_up && cgroup_root_up; fi
   ensure_node_pki
-  write_kubeconfig "$KUBELET_KUBECONFIG" "system:node:$NODE_NAME" kubelet
+  write_kubeconfig "$KUBELET_KUBECONFIG" "system:node:$NODE_NAME" "kubelet$NODE_SUFFIX"
   write_kubeconfig "$PROXY_KUBECONFIG" system:kube-proxy kube-proxy
   write_containerd_config
   write_kubelet_config
   write_proxy_config
-  record_sysctls node "${NODE_SYSCTLS[@]}"
+  # The kernel-wide settings the kubelet changes, once, by the host's node.
+  [ -n "$NODE_NETNS" ] || record_sysctls node "${NODE_SYSCTLS[@]}"
 
-  start_bg containerd containerd --config "$CONTAINERD_DIR/config.toml"
+  start_in_node containerd containerd --config "$CONTAINERD_DIR/config.toml"
   wait_until 30 containerd containerd_ok
   ensure_images
 
-  if ! is_running kubelet && [ -n "$(ss -Hltn "sport = :10250")" ]; then
+  if ! is_running "$(proc kubelet)" && [ -n "$(in_node ss -Hltn "sport = :10250")" ]; then
     die "port 10250 for the kubelet is taken by another process"
   fi
   since=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-  start_bg kubelet "$K8S_BIN/kubelet" \
+  start_in_node kubelet "$K8S_BIN/kubelet" \
     --config="$NODE_DIR/kubelet.yaml" \
     --kubeconfig="$KUBELET_KUBECONFIG" \
     --root-dir="$KUBELET_DIR" \
     --hostname-override="$NODE_NAME" \
-    --node-ip="$BRIDGE_IP"
-  start_bg kube-proxy "$K8S_BIN/kube-proxy" --config="$NODE_DIR/kube-proxy.yaml"
+    --node-ip="$NODE_IP"
+  start_in_node kube-proxy "$K8S_BIN/kube-proxy" --config="$NODE_DIR/kube-proxy.yaml"
 
   wait_until 60 kubelet kubelet_ok
   wait_until 60 "node $NODE_NAME Ready" node_ready "$since"
@@ -349,9 +444,11 @@ our_shims() {
   return 0
 }
 
-# Processes left in the kubelet's cgroups (a container whose shim died).
+# Processes left in the node's cgroups (a container whose shim died).
 cgroup_procs() {
-  find /sys/fs/cgroup -path '*/kubepods*' -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u
+  local dirs
+  mapfile -t dirs < <(node_cgroups)
+  [ ${#dirs[@]} -eq 0 ] || find "${dirs[@]}" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u
 }
 
 kill_leftovers() {
@@ -368,23 +465,21 @@ kill_leftovers() {
   done
 }
 
-# Every mount under $RUN_DIR (pod volumes, container root file systems,
+# Every mount under $NODE_DIR (pod volumes, container root file systems,
 # network namespaces), deepest first.
 unmount_all() {
   local m n=0
   while read -r m; do
     as_root umount "$m" 2>/dev/null || as_root umount -l "$m" 2>/dev/null || log "cannot unmount $m"
     n=$((n + 1))
-  done < <(awk -v d="$RUN_DIR/" 'index($5, d) == 1 { print length($5) "\t" $5 }' /proc/self/mountinfo |
+  done < <(awk -v d="$NODE_DIR/" 'index($5, d) == 1 { print length($5) "\t" $5 }' /proc/self/mountinfo |
     sort -rn | cut -f2-)
-  [ "$n" -eq 0 ] || log "unmounted $n mounts under $RUN_DIR"
+  [ "$n" -eq 0 ] || log "unmounted $n mounts under $NODE_DIR"
 }
 
 remove_cgroups() {
   local d
-  for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
-    [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} + 2>/dev/null
-  done
+  while read -r d; do find "$d" -depth -type d -exec rmdir {} + 2>/dev/null; done < <(node_cgroups)
   return 0
 }
 
@@ -409,15 +504,16 @@ clean_iptables() {
 
 down() {
   local was_up=false
-  for c in "${COMPONENTS[@]}"; do [ -f "$(pid_file "$c")" ] && was_up=true; done
-  stop_pid kube-proxy
-  stop_pid kubelet
-  if is_running containerd; then kill_containers; fi
-  stop_pid containerd
+  for c in "${COMPONENTS[@]}"; do [ -f "$(pid_file "$(proc "$c")")" ] && was_up=true; done
+  stop_pid "$(proc kube-proxy)"
+  stop_pid "$(proc kubelet)"
+  if is_running "$(proc containerd)"; then kill_containers; fi
+  stop_pid "$(proc containerd)"
   kill_leftovers
   unmount_all
   remove_cgroups
-  clean_iptables
+  # A namespaced node's rules go with its namespace.
+  if [ -n "$NODE_NETNS" ]; then netns_down; else clean_iptables; fi
   # The pods are gone: so are their addresses, and their log links.
   rm -rf "${CNI_IPAM_DIR:?}"/*
   if [ -d /var/log/containers ]; then
@@ -426,22 +522,23 @@ down() {
   # Directories the kubelet and the shims insist on, when nothing else uses
   # them (empty).
   rmdir /var/log/containers /run/containerd/s /run/containerd 2>/dev/null || true
-  restore_sysctls node
+  [ -n "$NODE_NETNS" ] || restore_sysctls node
   if $was_up; then log "node $NODE_NAME down"; else log "node not running"; fi
 }
 
 status() {
-  local c pid
+  local c pid name
   for c in "${COMPONENTS[@]}"; do
-    if is_running "$c"; then
-      pid=$(cat "$(pid_file "$c")")
+    name=$(proc "$c")
+    if is_running "$name"; then
+      pid=$(cat "$(pid_file "$name")")
       if healthy "$c"; then
-        printf '%-24s running (pid %s), healthy\n' "$c" "$pid"
+        printf '%-24s running (pid %s), healthy\n' "$name" "$pid"
       else
-        printf '%-24s running (pid %s), UNHEALTHY  see %s\n' "$c" "$pid" "$LOG_DIR/$c.log"
+        printf '%-24s running (pid %s), UNHEALTHY  see %s\n' "$name" "$pid" "$LOG_DIR/$name.log"
       fi
     else
-      printf '%-24s stopped\n' "$c"
+      printf '%-24s stopped\n' "$name"
     fi
   done
   if node_ready ""; then
@@ -452,10 +549,18 @@ status() {
   fi
 }
 
-# crash CONTAINER_ID: SIGKILLs a container's processes, as a crash does.
-# Deleting its pod cannot: the kubelet sends SIGTERM first, however short
-# the grace, and a consumer that gets it leaves its group cleanly.
-crash() { node_ctr -n k8s.io tasks kill -a -s SIGKILL "$1" >/dev/null; }
+# crash CONTAINER_ID: SIGKILLs a container's processes, as a crash does,
+# on whichever node runs it. Deleting its pod cannot: the kubelet sends
+# SIGTERM first, however short the grace, and a consumer that gets it
+# leaves its group cleanly.
+crash() {
+  local n
+  for n in "${NODE_INDICES[@]}"; do
+    use_node "$n"
+    node_ctr -n k8s.io tasks kill -a -s SIGKILL "$1" >/dev/null 2>&1 && return 0
+  done
+  die "no node runs container $1"
+}
 
 case ${1:-} in
   up) up ;;

@@ -7,7 +7,6 @@
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
-PG_BIN=/usr/lib/postgresql/15/bin
 PG_DATA=$PG_HOME/data
 PG_SOCK=$PG_HOME/sock
 PG_LOG=$PG_HOME/postgres.log
@@ -15,12 +14,6 @@ PG_LOG=$PG_HOME/postgres.log
 # owned by itself and closed to others.
 PG_TLS=$PG_HOME/tls
 DB_NAME=flashsale
-
-# as_postgres CMD...: run CMD as `postgres` from /, which it can always enter
-# (the clone's directory may be closed to it).
-as_postgres() {
-  if [ "$(id -un)" = postgres ]; then (cd / && "$@"); else (cd / && as_root runuser -u postgres -- "$@"); fi
-}
 
 listen_addrs() {
   if ip -4 addr show 2>/dev/null | grep -q "inet $BRIDGE_IP/"; then echo "127.0.0.1,$BRIDGE_IP"; else echo 127.0.0.1; fi
@@ -62,9 +55,7 @@ up() {
       -o "-p $PG_PORT -k $PG_SOCK -c listen_addresses=$(listen_addrs) -c max_connections=300 -c fsync=off -c full_page_writes=off -c ssl=on -c ssl_cert_file=$PG_TLS/server.crt -c ssl_key_file=$PG_TLS/server.key" >/dev/null
   fi
   record_pid postgres "$(as_root head -1 "$PG_DATA/postmaster.pid")"
-  if ! psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -tAc "select 1 from pg_database where datname='$DB_NAME'" | grep -q 1; then
-    psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -qc "create database $DB_NAME"
-  fi
+  ensure_database "$PG_PORT" "$DB_NAME"
   log "postgres ready on $PG_PORT (database $DB_NAME)"
 }
 

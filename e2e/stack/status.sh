@@ -13,9 +13,11 @@ echo "== services"
 "$STACK_DIR/bridge.sh" status
 "$STACK_DIR/redis.sh" status
 "$STACK_DIR/postgres.sh" status
+"$STACK_DIR/patroni.sh" status
 "$STACK_DIR/kafka.sh" status
 "$STACK_DIR/toxiproxy.sh" status
 "$STACK_DIR/kube.sh" status
 "$STACK_DIR/node.sh" status
+if [ "$STACK_TOPOLOGY" = replicated ] || [ -d "$RUN_DIR/node2" ]; then NODE_INDEX=2 "$STACK_DIR/node.sh" status; fi
 "$STACK_DIR/prometheus.sh" status
 "$STACK_DIR/local.sh" status

@@ -17,7 +17,10 @@ claim_stack
 if [ "$STACK_TOPOLOGY" = replicated ]; then "$STACK_DIR/kafka.sh" replicated_up; fi
 "$STACK_DIR/toxiproxy.sh" up
 "$STACK_DIR/kube.sh" up
+# Patroni keeps its leader key in the control plane's etcd.
+if [ "$STACK_TOPOLOGY" = replicated ]; then "$STACK_DIR/patroni.sh" up; fi
 "$STACK_DIR/node.sh" up
+if [ "$STACK_TOPOLOGY" = replicated ]; then NODE_INDEX=2 "$STACK_DIR/node.sh" up; fi
 "$STACK_DIR/build-k8s.sh" helm
 "$STACK_DIR/prometheus.sh" up
 "$STACK_DIR/schemathesis.sh" install

@@ -27,6 +27,9 @@ export REDIS_TLS_URL='rediss://127.0.0.1:$REDIS_TLS_PORT'
 export REDIS_CLUSTER_URLS='$cluster_csv'
 export REDIS_SENTINEL_URL='redis-sentinel://$sentinel_csv/$REDIS_SENTINEL_SERVICE'
 export DATABASE_URL='postgres://postgres@127.0.0.1:$PG_PORT/flashsale'
+# The replicated topology's PostgreSQL (patroni.sh): HAProxy, which follows
+# the primary; pods reach it on the bridge at the same port.
+export DATABASE_REPLICATED_URL='postgres://postgres@127.0.0.1:$PG_HA_PORT/flashsale'
 export KAFKA_BOOTSTRAP='127.0.0.1:$KAFKA_PORT'
 export KAFKA_TLS_BOOTSTRAP='ssl://127.0.0.1:$KAFKA_TLS_PORT'
 # The replicated topology's three brokers (STACK_TOPOLOGY=replicated), from

@@ -96,6 +96,9 @@ pub struct Metrics {
     pub orders_failed: Family<SaleLabels, Counter>,
     /// Consumer-group lag as the consumer last saw it.
     pub lag: Family<SaleLabels, Gauge>,
+    /// Kafka consumers rebuilt after a stall (partitions assigned, messages
+    /// on the brokers, none received: `consumer::STALL_AFTER`).
+    pub consumer_rebuilds: Family<SaleLabels, Counter>,
     /// Payment callbacks by what they did (`refund`: money taken for an
     /// order that could no longer be paid, owed back).
     pub payment_settlements: Family<SettlementLabels, Counter>,
@@ -155,6 +158,12 @@ impl Default for Metrics {
         );
         let lag = Family::default();
         registry.register("consumer_lag", "Consumer-group lag", lag.clone());
+        let consumer_rebuilds = Family::default();
+        registry.register(
+            "consumer_rebuilds",
+            "Kafka consumers rebuilt after stalling with messages on the brokers",
+            consumer_rebuilds.clone(),
+        );
         let payment_settlements = Family::default();
         registry.register(
             "payment_settlements",
@@ -173,6 +182,7 @@ impl Default for Metrics {
             dead_lettered,
             orders_failed,
             lag,
+            consumer_rebuilds,
             payment_settlements,
         }
     }

@@ -231,3 +231,26 @@ that no existingSecret provides. */}}
         path: ca.crt
 {{- end }}
 {{- end }}
+
+{{/* A PodDisruptionBudget's limit: minAvailable when set, else maxUnavailable. */}}
+{{- define "flashsale.disruptionBudget" -}}
+{{- if not (kindIs "invalid" .minAvailable) -}}
+minAvailable: {{ .minAvailable }}
+{{- else -}}
+maxUnavailable: {{ .maxUnavailable }}
+{{- end }}
+{{- end }}
+
+{{/* A component's topologySpreadConstraints: over nodes when spreadAcrossNodes,
+then the values' own. Call with (list $ "api" $values). */}}
+{{- define "flashsale.spread" -}}
+{{- $ := index . 0 -}}
+{{- $values := index . 2 -}}
+{{- $constraints := list -}}
+{{- if $values.spreadAcrossNodes -}}
+{{- $selector := include "flashsale.selectorLabels" (list $ (index . 1)) | fromYaml -}}
+{{- $constraints = append $constraints (dict "maxSkew" 1 "topologyKey" "kubernetes.io/hostname" "whenUnsatisfiable" "ScheduleAnyway" "labelSelector" (dict "matchLabels" $selector) "matchLabelKeys" (list "pod-template-hash")) -}}
+{{- end -}}
+{{- $constraints = concat $constraints ($values.topologySpreadConstraints | default list) -}}
+{{- if $constraints }}{{ toYaml $constraints }}{{ end -}}
+{{- end }}

@@ -169,7 +169,7 @@ pub struct HalfRate {
 /// Adds what the shoppers of another storm were told.
 fn merge_told(told: &mut Told, other: Told) {
     told.accepted.extend(other.accepted);
-    told.unanswered += other.unanswered;
+    told.unanswered.extend(other.unanswered);
     told.in_doubt.extend(other.in_doubt);
     told.sold_out_seen |= other.sold_out_seen;
 }

@@ -11,69 +11,78 @@ use std::time::Duration;
 
 use flashsale_testkit as stack;
 
-/// A fault kind the runner can pick.
+/// A fault kind the runner can pick. Numbered for the runs' seeds
+/// (`run_seed`): a kind keeps its number, so a documented seed replays the
+/// same run; a new kind takes the next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum)]
 pub enum Kind {
     /// The Redis node SIGKILLed and restarted empty.
-    RedisRestart,
+    RedisRestart = 0,
     /// The Cluster master of the sale's shard 0 SIGKILLed; its replica is promoted.
-    RedisFailover,
+    RedisFailover = 1,
     /// The Cluster master of shard 0 SIGKILLed and restarted at once, empty,
     /// before its replica took over: it wipes the replica too.
-    RedisWipe,
+    RedisWipe = 2,
     /// `CLIENT PAUSE` of the Redis node for 2-5 s.
-    RedisPause,
+    RedisPause = 3,
     /// The Kafka broker SIGKILLed and restarted.
-    KafkaKill,
+    KafkaKill = 4,
     /// Packets to the broker's ports dropped for 5 s (iptables).
-    KafkaUnreachable,
+    KafkaUnreachable = 5,
     /// The single broker SIGKILLed, its log directory wiped, started again
     /// empty, after 4 s in which the consumers could not persist: its only
     /// copy of the orders not yet persisted is gone. A demonstration,
     /// expected to lose orders; not among `ALL`.
-    KafkaWipe,
+    KafkaWipe = 18,
     /// Replicated topology: the leader of the sale's partition 0 SIGKILLed,
     /// its data directory wiped, started again empty (it re-replicates).
-    BrokerWipe,
+    BrokerWipe = 19,
     /// Replicated topology: the leader of the sale's partition 0 cut off
     /// for 10 s (everything it sends dropped: iptables, its group id).
-    BrokerCut,
+    BrokerCut = 20,
     /// Replicated topology: the active KRaft controller SIGKILLed and
     /// started again.
-    ControllerKill,
+    ControllerKill = 21,
+    /// Replicated topology: the PostgreSQL primary lost as a machine is
+    /// (its Patroni and postgres SIGKILLed); Patroni promotes the
+    /// synchronous standby, the old primary rejoins as the standby after.
+    PostgresFailover = 22,
+    /// Replicated topology: a planned switchover of the PostgreSQL primary
+    /// to the standby (`patronictl switchover`).
+    PostgresSwitchover = 23,
     /// PostgreSQL stopped in immediate mode, then started.
-    PostgresRestart,
+    PostgresRestart = 6,
     /// Packets to PostgreSQL's port dropped for 5 s (iptables).
-    PostgresUnreachable,
+    PostgresUnreachable = 7,
     /// Redis's replies delayed past the purchase's reply timeout (2.2-3 s)
     /// for 4 s (toxiproxy, in front of the run's processes).
-    RedisSlow,
+    RedisSlow = 8,
     /// The broker takes 1.5-4 s to accept each request (toxiproxy): orders
     /// are acknowledged late, some after their purchase gave up.
-    KafkaSlow,
+    KafkaSlow = 9,
     /// PostgreSQL 300-800 ms away for 6 s (toxiproxy, both ways): batches
     /// crawl, consumers lag, backpressure.
-    PostgresSlow,
+    PostgresSlow = 10,
     /// The shopper API process SIGKILLed and started again.
-    ApiKill,
+    ApiKill = 11,
     /// A consumer process SIGKILLed mid-batch and started again.
-    ConsumerKill,
+    ConsumerKill = 12,
     /// The leading operator SIGKILLed at a transition (warm-up, open or end).
-    OperatorKill,
+    OperatorKill = 13,
     /// The merchant raises the stock by half during the storm.
-    Restock,
+    Restock = 14,
     /// The merchant shrinks the stock by a fifth during the storm.
-    Shrink,
+    Shrink = 15,
     /// The kill switch on for 2 s, then off.
-    PauseResume,
+    PauseResume = 16,
     /// The window extended by 5 s while live.
-    ExtendWindow,
+    ExtendWindow = 17,
 }
 
 impl Kind {
     /// Every kind that must hold, in report order (`KafkaWipe`, expected
     /// to lose orders, runs only when named).
-    pub const ALL: [Kind; 21] = [
+    pub const ALL: [Kind; 23] = [
         Kind::RedisRestart,
         Kind::RedisFailover,
         Kind::RedisWipe,
@@ -83,6 +92,8 @@ impl Kind {
         Kind::BrokerWipe,
         Kind::BrokerCut,
         Kind::ControllerKill,
+        Kind::PostgresFailover,
+        Kind::PostgresSwitchover,
         Kind::PostgresRestart,
         Kind::PostgresUnreachable,
         Kind::RedisSlow,
@@ -110,12 +121,34 @@ impl Kind {
         matches!(self, Kind::RedisFailover | Kind::RedisWipe)
     }
 
-    /// Whether the sale's orders go to the replicated topology's three
-    /// brokers (replication factor 3, min.insync.replicas 2).
+    /// How long after the fault is undone the purchases it stalled may still
+    /// give their units back: a produce the broker did not acknowledge is
+    /// released a purchase budget after it began, and a killed broker takes
+    /// a few seconds more to come back. `None`: no such aftermath.
+    pub fn releases_late(self) -> Option<Duration> {
+        let budget = flashsale_workload::domain::budget::PurchaseBudget::DEFAULT.total();
+        match self {
+            Kind::KafkaUnreachable | Kind::KafkaSlow | Kind::BrokerCut => {
+                Some(budget + Duration::from_secs(2))
+            }
+            Kind::KafkaKill | Kind::KafkaWipe | Kind::BrokerWipe | Kind::ControllerKill => {
+                Some(budget + Duration::from_secs(7))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the sale runs on the replicated topology: its orders on the
+    /// three brokers (replication factor 3, min.insync.replicas 2), its rows
+    /// on Patroni's primary and synchronous standby.
     pub fn replicated(self) -> bool {
         matches!(
             self,
-            Kind::BrokerWipe | Kind::BrokerCut | Kind::ControllerKill
+            Kind::BrokerWipe
+                | Kind::BrokerCut
+                | Kind::ControllerKill
+                | Kind::PostgresFailover
+                | Kind::PostgresSwitchover
         )
     }
 
@@ -147,12 +180,18 @@ impl Injected {
     }
 
     /// Registers `undo` before the fault is made, so an interruption at any
-    /// moment after can still undo it.
-    pub fn register(undo: impl FnOnce() + Send + 'static) -> Self {
+    /// moment after can still undo it (what `undo` returns is not kept: a
+    /// failed undo has said so on stderr).
+    pub fn register<R>(undo: impl FnOnce() -> R + Send + 'static) -> Self {
         use std::sync::atomic::{AtomicU64, Ordering};
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
-        lock().push((id, Box::new(undo)));
+        lock().push((
+            id,
+            Box::new(move || {
+                undo();
+            }),
+        ));
         Self(Some(id))
     }
 }
@@ -307,7 +346,7 @@ fn script(name: &str) -> PathBuf {
 }
 
 /// Runs a command to completion, logging a failure.
-pub fn run(program: &str, args: &[&str]) {
+pub fn run(program: &str, args: &[&str]) -> bool {
     let ok = Command::new(program)
         .args(args)
         .env("FLASHSALE_RUN", stack::run_dir())
@@ -321,9 +360,10 @@ pub fn run(program: &str, args: &[&str]) {
             }
             o.status.success()
         });
-    if let Err(e) = ok {
+    if let Err(e) = &ok {
         eprintln!("chaos: {program} did not run: {e}");
     }
+    ok.unwrap_or(false)
 }
 
 /// SIGKILLs the stack's process `name` and waits until it is gone (a
@@ -335,10 +375,10 @@ pub fn kill_stack_process(name: &str) {
 }
 
 /// Starts the stack's service `service` again through its script (`up`, or
-/// `restart NAME` for Redis): idempotent.
-pub fn restart_stack(script_name: &str, args: &[&str]) {
+/// `restart NAME` for Redis): idempotent. Whether the script succeeded.
+pub fn restart_stack(script_name: &str, args: &[&str]) -> bool {
     let path = script(script_name);
-    run(&path.to_string_lossy(), args);
+    run(&path.to_string_lossy(), args)
 }
 
 /// The Redis node killed and started again empty.
@@ -468,9 +508,9 @@ pub fn kafka_wipe() -> Injected {
     guard
 }
 
-/// What `kafka.sh ARGS` prints, when it succeeds.
-fn kafka_says(args: &[&str]) -> Option<String> {
-    let out = Command::new(script("kafka.sh"))
+/// What the stack's script `script_name ARGS` prints, when it succeeds.
+fn script_says(script_name: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(script(script_name))
         .args(args)
         .env("FLASHSALE_RUN", stack::run_dir())
         .output()
@@ -510,7 +550,7 @@ pub fn broker_wipe(node: &str) -> Injected {
 /// Everything replicated node `node` sends dropped until the guard goes:
 /// clients, the other brokers and the controllers hear nothing from it.
 pub fn broker_cut(node: &str) -> anyhow::Result<Injected> {
-    let group = kafka_says(&["node_group", node])
+    let group = script_says("kafka.sh", &["node_group", node])
         .ok_or_else(|| anyhow::anyhow!("no group id for kafka-r{node}"))?;
     Ok(drop_until_undone(&[drop_rule(&[
         "OUTPUT",
@@ -524,11 +564,25 @@ pub fn broker_cut(node: &str) -> anyhow::Result<Injected> {
 /// The active controller of the replicated topology killed; started again
 /// when the guard goes.
 pub fn controller_kill() -> anyhow::Result<Injected> {
-    let node = kafka_says(&["active_controller"])
+    let node = script_says("kafka.sh", &["active_controller"])
         .ok_or_else(|| anyhow::anyhow!("no active controller found"))?;
     let name = format!("kafka-r{node}");
     let guard = Injected::register(move || restart_stack("kafka.sh", &["node_up", &node]));
     kill_stack_process(&name);
+    Ok(guard)
+}
+
+/// The replicated PostgreSQL's primary lost (Patroni and postgres
+/// SIGKILLed). The guard brings it back as the standby once the other
+/// member is the primary, which is what the run waits for.
+pub fn postgres_failover() -> anyhow::Result<Injected> {
+    let member = script_says("patroni.sh", &["primary"])
+        .ok_or_else(|| anyhow::anyhow!("no PostgreSQL primary found"))?;
+    let guard = {
+        let member = member.clone();
+        Injected::register(move || restart_stack("patroni.sh", &["rejoin", &member]))
+    };
+    restart_stack("patroni.sh", &["crash", &member]);
     Ok(guard)
 }
 
@@ -569,9 +623,9 @@ mod tests {
     fn kinds_have_names_and_one_runs_on_the_cluster() {
         let names: Vec<String> = Kind::ALL.iter().map(|k| k.name()).collect();
         assert_eq!(names[0], "redis-restart");
-        assert_eq!(names.len(), 21);
+        assert_eq!(names.len(), 23);
         assert_eq!(Kind::ALL.iter().filter(|k| k.on_cluster()).count(), 2);
-        assert_eq!(Kind::ALL.iter().filter(|k| k.replicated()).count(), 3);
+        assert_eq!(Kind::ALL.iter().filter(|k| k.replicated()).count(), 5);
         // The demonstration that loses orders runs only when named.
         assert!(!Kind::ALL.contains(&Kind::KafkaWipe));
         assert_eq!(Kind::KafkaWipe.name(), "kafka-wipe");

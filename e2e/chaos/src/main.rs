@@ -138,10 +138,11 @@ async fn main() -> anyhow::Result<()> {
                 }
                 let (name, short) = (kind.name(), if args.short { " SHORT=true" } else { "" });
                 let replay = format!(
-                    "{name} #{index}: make chaos KINDS={name} RUNS=1 SEED={seed}{short}   (logs: {})",
+                    "{name} #{index}: {}\n  replay: make chaos KINDS={name} RUNS=1 SEED={seed}{short}   (logs: {})",
+                    result.why_broken(),
                     run_dir.display()
                 );
-                eprintln!("chaos:     replay {replay}");
+                eprintln!("chaos:     {replay}");
                 replays.push(replay);
             }
             results.push(result);

@@ -24,8 +24,8 @@ pub struct Told {
     /// Every answer: (seconds since the storm began, whether it was a
     /// decision — 202 or 4xx — rather than a 503 or no answer).
     pub timeline: Vec<(f64, bool)>,
-    /// Purchases still undecided when the storm ended.
-    pub undecided: usize,
+    /// Shoppers whose purchase was still undecided when the storm ended.
+    pub undecided: std::collections::BTreeSet<String>,
     /// When the storm ended, seconds since it began.
     pub ended_at: f64,
     /// Whether any shopper heard SOLD_OUT.
@@ -172,7 +172,7 @@ async fn shopper(
         }
         drop(t);
         if Instant::now() >= storm.until {
-            told.lock().await.undecided += 1;
+            told.lock().await.undecided.insert(who);
             return;
         }
         tokio::time::sleep(Duration::from_millis(150)).await;

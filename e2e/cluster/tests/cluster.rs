@@ -1,8 +1,10 @@
-//! The product as a user meets it, on the real one-node cluster: the chart
-//! installs the operator and the API; a FlashSale is applied; a storm of
-//! shoppers buys through the API Service while an API pod is deleted and the
-//! consumer crashes; the consumers the operator scales persist every order; the
-//! sale ends, reconciles, cleans up; I1-I6 hold.
+//! The product as a user meets it, on the real cluster (two nodes in the
+//! replicated topology): the chart installs the operator and the API, each
+//! spread over the nodes; a FlashSale is applied; a storm of
+//! shoppers buys through the API Service while an API pod is deleted, the
+//! consumer crashes and (with two nodes) the node holding the operator
+//! leader is drained; the consumers the operator scales persist every order;
+//! the sale ends, reconciles, cleans up; I1-I6 hold.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -19,7 +21,9 @@ use flashsale_workload::load::{self, Identity, StormConfig};
 use flashsale_workload::redis::RedisConn;
 use flashsale_workload::redis::store::SaleStore;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 
@@ -80,15 +84,57 @@ async fn client() -> Client {
     stack::kube_client().await
 }
 
-async fn running_pods(pods: &Api<Pod>, component: &str) -> Vec<String> {
+/// A drained node, uncordoned when dropped (a failed test must not leave
+/// the cluster a node short).
+struct Drained(String);
+
+impl Drop for Drained {
+    fn drop(&mut self) {
+        stack::kubectl(&["uncordon", &self.0]);
+    }
+}
+
+/// A component's pods (the chart's `app.kubernetes.io/component` label).
+async fn pods_of(pods: &Api<Pod>, component: &str) -> Vec<Pod> {
     pods.list(&ListParams::default().labels(&format!("app.kubernetes.io/component={component}")))
         .await
         .map(|l| l.items)
         .unwrap_or_default()
+}
+
+async fn running_pods(pods: &Api<Pod>, component: &str) -> Vec<String> {
+    pods_of(pods, component)
+        .await
         .into_iter()
         .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
         .filter_map(|p| p.metadata.name)
         .collect()
+}
+
+/// The nodes a component's pods are on.
+async fn nodes_of(pods: &Api<Pod>, component: &str) -> BTreeSet<String> {
+    pods_of(pods, component)
+        .await
+        .into_iter()
+        .filter_map(|p| p.spec?.node_name)
+        .collect()
+}
+
+/// How many nodes take pods: Ready and not cordoned.
+async fn schedulable_nodes(client: &Client) -> usize {
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    nodes
+        .iter()
+        .filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true))
+        .filter(|n| {
+            let conditions = n.status.as_ref().and_then(|s| s.conditions.as_ref());
+            conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -153,6 +199,12 @@ async fn a_sale_on_the_cluster_survives_pod_kills_and_keeps_every_invariant() {
         2,
         "two API replicas"
     );
+    // The chart's spread: with two nodes, one replica of each on each.
+    let spread = schedulable_nodes(&client).await.min(2);
+    for component in ["operator", "api"] {
+        let on = nodes_of(&pods, component).await;
+        assert_eq!(on.len(), spread, "{component} replicas on {on:?}");
+    }
 
     let sales: Api<FlashSale> = Api::namespaced(client.clone(), &ns);
     let at = |secs: i64| {
@@ -182,6 +234,15 @@ async fn a_sale_on_the_cluster_survives_pod_kills_and_keeps_every_invariant() {
         || async { (!running_pods(&pods, "consumer").await.is_empty()).then_some(()) },
     )
     .await;
+    let budget = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns)
+        .get(&format!("{SALE}-consumers"))
+        .await
+        .expect("the consumers' PodDisruptionBudget");
+    assert_eq!(
+        budget.spec.and_then(|s| s.max_unavailable),
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1)),
+        "consumers evicted one at a time"
+    );
 
     // Replicas over the storm.
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
@@ -265,7 +326,48 @@ async fn a_sale_on_the_cluster_survives_pod_kills_and_keeps_every_invariant() {
         .expect("the consumer's container");
     stack::crash_container(&container);
 
+    // With two nodes: the node holding the operator leader drained while
+    // the consumers catch up (evictions one pod at a time, as the budgets
+    // say; each replacement goes to the other node).
+    let drained = if spread == 2 {
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let leader = Api::<Lease>::namespaced(client.clone(), &ns)
+            .get("flashsale-operator")
+            .await
+            .unwrap()
+            .spec
+            .and_then(|s| s.holder_identity)
+            .expect("an operator leads");
+        let node = pods
+            .get(&leader)
+            .await
+            .unwrap()
+            .spec
+            .and_then(|s| s.node_name)
+            .expect("the leader's node");
+        let drained = Drained(node.clone());
+        let began = std::time::Instant::now();
+        run(
+            "kubectl",
+            &[
+                "drain",
+                &node,
+                "--ignore-daemonsets",
+                "--delete-emptydir-data",
+                "--timeout=120s",
+            ],
+        );
+        println!(
+            "drained {node} (the operator leader {leader}'s) in {:.1} s",
+            began.elapsed().as_secs_f64()
+        );
+        Some(drained)
+    } else {
+        None
+    };
+
     let (report, told) = storm.await.unwrap().expect("the storm runs");
+    drop(drained);
     println!("{}", load::render(&report));
     assert!(report.accepted_orders > 0);
     let store = SaleStore::new(

@@ -97,6 +97,12 @@ pub fn database_url() -> String {
     var("DATABASE_URL")
 }
 
+/// The replicated topology's PostgreSQL (`STACK_TOPOLOGY=replicated`):
+/// HAProxy's address, which follows whichever member Patroni made primary.
+pub fn database_replicated_url() -> String {
+    var("DATABASE_REPLICATED_URL")
+}
+
 /// Kafka bootstrap servers, e.g. `127.0.0.1:19092`.
 pub fn kafka_bootstrap() -> String {
     var("KAFKA_BOOTSTRAP")
@@ -321,9 +327,14 @@ pub fn unique_name(prefix: &str) -> String {
 /// Creates an empty database on the stack's PostgreSQL and returns its URL,
 /// so tests never share rows. The caller applies the migrations.
 pub async fn fresh_database_url() -> String {
+    fresh_database_on(&database_url()).await
+}
+
+/// [`fresh_database_url`] on the server of `url` (e.g.
+/// [`database_replicated_url`]).
+pub async fn fresh_database_on(url: &str) -> String {
     use sqlx::Connection;
-    let url = database_url();
-    let mut admin = sqlx::PgConnection::connect(&url)
+    let mut admin = sqlx::PgConnection::connect(url)
         .await
         .unwrap_or_else(|e| panic!("PostgreSQL at {url} is not answering ({e}): {START_HINT}"));
     let name = unique_name("t").replace('-', "_");

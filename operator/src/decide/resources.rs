@@ -1,5 +1,6 @@
 //! Pure builders of what the operator owns in Kubernetes: the sale's consumer
-//! Deployment and its reconciliation and cleanup Jobs.
+//! Deployment (spread over nodes, evicted one pod at a time) and its
+//! reconciliation and cleanup Jobs.
 
 use std::collections::BTreeMap;
 
@@ -9,8 +10,10 @@ use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EnvFromSource, EnvVar, HTTPGetAction, KeyToPath,
     PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
-    Secret, SecretEnvSource, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    Secret, SecretEnvSource, SecretVolumeSource, SecurityContext, TopologySpreadConstraint, Volume,
+    VolumeMount,
 };
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -299,11 +302,24 @@ pub fn consumer_deployment(fs: &FlashSale, settings: &WorkloadSettings) -> Deplo
             }),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
-                    labels: Some(labels),
+                    labels: Some(labels.clone()),
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
                     containers: vec![consumer],
+                    // Preferred, not required: a one-node cluster runs
+                    // them all; a drained node takes only its share.
+                    topology_spread_constraints: Some(vec![TopologySpreadConstraint {
+                        max_skew: 1,
+                        topology_key: "kubernetes.io/hostname".into(),
+                        when_unsatisfiable: "ScheduleAnyway".into(),
+                        label_selector: Some(LabelSelector {
+                            match_labels: Some(labels.clone()),
+                            ..LabelSelector::default()
+                        }),
+                        match_label_keys: Some(vec!["pod-template-hash".into()]),
+                        ..TopologySpreadConstraint::default()
+                    }]),
                     volumes: volumes(fs, settings),
                     automount_service_account_token: Some(false),
                     security_context: hardened().0,
@@ -322,6 +338,26 @@ pub fn consumer_deployment(fs: &FlashSale, settings: &WorkloadSettings) -> Deplo
         .get_or_insert_default()
         .insert(APPLIED_HASH.into(), hash);
     deployment
+}
+
+/// The consumers' PodDisruptionBudget: a drain or an upgrade evicts one
+/// consumer at a time, each replaced before the next goes (a partition's
+/// orders wait for one rebalance, not for every consumer at once).
+pub fn consumer_disruption_budget(fs: &FlashSale) -> PodDisruptionBudget {
+    let name = fs.metadata.name.clone().unwrap_or_default();
+    let labels = labels(fs, "consumer");
+    PodDisruptionBudget {
+        metadata: metadata(fs, consumers_name(&name), labels.clone()),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(labels),
+                ..LabelSelector::default()
+            }),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        ..PodDisruptionBudget::default()
+    }
 }
 
 /// A reconciliation or cleanup Job.
@@ -482,7 +518,24 @@ mod tests {
         );
         assert!(secret.metadata.owner_references.is_some());
         assert_eq!(pod.security_context.unwrap().run_as_non_root, Some(true));
+        let spread = &pod.topology_spread_constraints.unwrap()[0];
+        assert_eq!(
+            (spread.topology_key.as_str(), spread.max_skew),
+            ("kubernetes.io/hostname", 1)
+        );
+        assert_eq!(spread.label_selector, Some(spec.selector.clone()));
         assert_eq!(spec.selector.match_labels.unwrap()[SALE_LABEL], "drop");
+    }
+
+    #[test]
+    fn consumers_are_evicted_one_at_a_time() {
+        let pdb = consumer_disruption_budget(&sale());
+        assert_eq!(pdb.metadata.name.as_deref(), Some("drop-consumers"));
+        assert!(pdb.metadata.owner_references.is_some());
+        let spec = pdb.spec.unwrap();
+        assert_eq!(spec.max_unavailable, Some(IntOrString::Int(1)));
+        let deployment = consumer_deployment(&sale(), &settings());
+        assert_eq!(spec.selector, Some(deployment.spec.unwrap().selector));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use flashsale_workload::redis::store::ShrinkOutcome;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
@@ -17,7 +18,8 @@ use crate::context::{Context, MANAGER};
 use crate::decide::conditions::lag_words;
 use crate::decide::plan::{Action, JobKind, Refused};
 use crate::decide::resources::{
-    APPLIED_HASH, consumer_deployment, consumers_name, job, job_name, workload_secret,
+    APPLIED_HASH, consumer_deployment, consumer_disruption_budget, consumers_name, job, job_name,
+    workload_secret,
 };
 use crate::error::ApplyError;
 use crate::events::publish;
@@ -287,6 +289,11 @@ impl Step<'_> {
             }
             let params = PatchParams::apply(MANAGER).force();
             api.patch(&name, &params, &Patch::Apply(desired)).await?;
+            // Its budget with it: applied when the Deployment is, it is
+            // owned by the sale and collected with it.
+            let budgets: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), namespace);
+            let budget = consumer_disruption_budget(fs);
+            budgets.patch(&name, &params, &Patch::Apply(budget)).await?;
         }
         let current = obs.deployment.as_ref().map(|d| d.replicas);
         if current == Some(replicas) {
@@ -314,6 +321,17 @@ impl Step<'_> {
             let api: Api<Deployment> = Api::namespaced(self.ctx.client.clone(), &sale.namespace);
             api.delete(&consumers_name(&sale.name), &DeleteParams::background())
                 .await?;
+            let budgets: Api<PodDisruptionBudget> =
+                Api::namespaced(self.ctx.client.clone(), &sale.namespace);
+            let deleted = budgets
+                .delete(&consumers_name(&sale.name), &DeleteParams::background())
+                .await;
+            // One made before budgets were is not there.
+            if let Err(e) = deleted
+                && !matches!(&e, kube::Error::Api(status) if status.code == 404)
+            {
+                return Err(e.into());
+            }
             let note = "the sale is over".into();
             self.tell("ConsumersRemoved", "Delete", note).await;
         }

@@ -68,6 +68,24 @@ impl GroupLag {
             })
             .sum()
     }
+
+    /// The offsets one member asked to commit (`asked`: partition, next
+    /// offset) that the group does not hold: an asynchronous commit lost to
+    /// a coordinator moving (its broker killed) fails quietly, and a member
+    /// that receives nothing more never commits again, so the lag would
+    /// stay up although every message was persisted.
+    pub fn lost_commits(&self, asked: &[(i32, i64)]) -> Vec<(i32, i64)> {
+        asked
+            .iter()
+            .filter(|&&(partition, offset)| {
+                self.partitions
+                    .iter()
+                    .find(|p| p.partition == partition)
+                    .is_some_and(|p| p.committed.is_none_or(|c| c < offset))
+            })
+            .copied()
+            .collect()
+    }
 }
 
 /// Reads a group's lag without joining the group (no rebalance is caused).
@@ -177,6 +195,47 @@ pub(super) fn list_offsets(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lost_commits_are_those_the_group_does_not_hold() {
+        let lag = GroupLag {
+            partitions: vec![
+                PartitionOffsets {
+                    partition: 0,
+                    earliest: 0,
+                    latest: 20,
+                    committed: Some(20),
+                },
+                PartitionOffsets {
+                    partition: 1,
+                    earliest: 0,
+                    latest: 20,
+                    committed: Some(15),
+                },
+                PartitionOffsets {
+                    partition: 2,
+                    earliest: 0,
+                    latest: 20,
+                    committed: None,
+                },
+            ],
+        };
+        type Offsets = Vec<(i32, i64)>;
+        let cases: [(&str, Offsets, Offsets); 5] = [
+            ("held", vec![(0, 20)], vec![]),
+            ("behind what was asked", vec![(1, 20)], vec![(1, 20)]),
+            ("never committed", vec![(2, 3)], vec![(2, 3)]),
+            (
+                "the group is ahead (another member since)",
+                vec![(1, 10)],
+                vec![],
+            ),
+            ("a partition the lag does not know", vec![(7, 5)], vec![]),
+        ];
+        for (what, asked, lost) in cases {
+            assert_eq!(lag.lost_commits(&asked), lost, "{what}");
+        }
+    }
 
     #[test]
     fn partition_lag_table() {

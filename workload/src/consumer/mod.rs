@@ -92,7 +92,23 @@ pub struct SaleConsumer {
     settings: ConsumerSettings,
     metrics: Arc<Metrics>,
     labels: SaleLabels,
+    /// What this member asked to commit: what the group must hold once the
+    /// commits went through.
+    asked: std::sync::Mutex<AskedCommits>,
 }
+
+/// The offsets a member asked to commit, and when it last asked.
+#[derive(Default)]
+struct AskedCommits {
+    /// Each partition's next offset.
+    offsets: BTreeMap<i32, i64>,
+    /// The last commit's instant.
+    at: Option<tokio::time::Instant>,
+}
+
+/// How long after its last commit a member trusts a lag read to show it:
+/// the lag is read every 5 s, and a commit takes a moment to land.
+const COMMIT_SEEN_AFTER: Duration = Duration::from_secs(12);
 
 /// A message and what the batch made of it so far.
 struct Item {
@@ -181,6 +197,7 @@ impl SaleConsumer {
             settings,
             metrics,
             labels,
+            asked: std::sync::Mutex::default(),
         })
     }
 
@@ -263,13 +280,16 @@ impl SaleConsumer {
         lag: &tokio::sync::watch::Receiver<GroupLag>,
     ) -> Result<Vec<OwnedMessage>, Ended> {
         let waiting = tokio::time::Instant::now();
-        let mut check = tokio::time::interval_at(waiting + STALL_AFTER, Duration::from_secs(5));
+        let every = Duration::from_secs(5);
+        let mut check = tokio::time::interval_at(waiting + every, every);
         let first = loop {
             tokio::select! {
                 () = stop.cancelled() => return Err(Ended::Stopped),
                 _ = check.tick() => {
-                    let unreceived = lag.borrow().unreceived(&self.positions());
-                    if unreceived > 0 {
+                    let (positions, lag) = (self.positions(), lag.borrow().clone());
+                    self.commit_lost(&lag, &positions);
+                    let unreceived = lag.unreceived(&positions);
+                    if unreceived > 0 && waiting.elapsed() >= STALL_AFTER {
                         return Err(Ended::Stalled { unreceived });
                     }
                 }
@@ -630,22 +650,55 @@ impl SaleConsumer {
 
     /// Commits, per partition, the offset after the batch's last message.
     fn commit(&self, items: &[Item]) {
-        let mut next: HashMap<(String, i32), i64> = HashMap::new();
+        let mut next: BTreeMap<i32, i64> = BTreeMap::new();
         for item in items {
-            let key = (item.message.topic().to_string(), item.message.partition());
-            let offset = next.entry(key).or_insert(0);
+            let offset = next.entry(item.message.partition()).or_insert(0);
             *offset = (*offset).max(item.message.offset() + 1);
         }
+        self.commit_offsets(&next.into_iter().collect::<Vec<_>>());
+    }
+
+    /// Commits `offsets` (partition, next offset) of the sale's topic, and
+    /// remembers them as asked.
+    fn commit_offsets(&self, offsets: &[(i32, i64)]) {
+        let topic = topics::orders_topic(&self.config.sale);
         let mut tpl = TopicPartitionList::new();
-        for ((topic, partition), offset) in next {
+        let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
+        for &(partition, offset) in offsets {
             if let Err(e) = tpl.add_partition_offset(&topic, partition, Offset::Offset(offset)) {
                 tracing::warn!(error = %e, "cannot build the offset commit");
             }
+            let at = asked.offsets.entry(partition).or_insert(offset);
+            *at = (*at).max(offset);
         }
+        asked.at = Some(tokio::time::Instant::now());
+        drop(asked);
         // Asynchronous: a commit lost to a crash only means a redelivery,
-        // which changes nothing.
+        // which changes nothing; one lost while this member lives is made
+        // again by `commit_lost`.
         if let Err(e) = self.consumer.commit(&tpl, CommitMode::Async) {
             tracing::warn!(sale = %self.config.sale, error = %e, "offset commit failed; the batch will be redelivered");
+        }
+    }
+
+    /// Commits again, on the partitions it holds (`positions`), what this
+    /// member asked to commit and `lag` shows the group does not have, once
+    /// its last commit is old enough for `lag` to show it.
+    fn commit_lost(&self, lag: &GroupLag, positions: &[(i32, Option<i64>)]) {
+        let asked: Vec<(i32, i64)> = {
+            let asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
+            if asked.at.is_none_or(|at| at.elapsed() < COMMIT_SEEN_AFTER) {
+                return;
+            }
+            positions
+                .iter()
+                .filter_map(|(partition, _)| Some((*partition, *asked.offsets.get(partition)?)))
+                .collect()
+        };
+        let lost = lag.lost_commits(&asked);
+        if !lost.is_empty() {
+            tracing::warn!(sale = %self.config.sale, ?lost, "the group lost committed offsets; committing them again");
+            self.commit_offsets(&lost);
         }
     }
 }

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::{ConsumerSettings, Ended, STALL_AFTER, SaleConsumer};
 use crate::domain::sale::SaleConfig;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, SaleLabels};
 use crate::redis::store::SaleStore;
 
 /// How often the set of sales is re-read.
@@ -58,11 +58,17 @@ impl Supervisor {
                 };
                 match consumer.run(stop.clone()).await {
                     Ended::Stopped => return,
-                    Ended::Stalled { unreceived } => tracing::warn!(
-                        %sale,
-                        unreceived,
-                        "no message for {STALL_AFTER:?} while its partitions hold some: rebuilding the Kafka consumer"
-                    ),
+                    Ended::Stalled { unreceived } => {
+                        tracing::warn!(
+                            %sale,
+                            unreceived,
+                            "no message for {STALL_AFTER:?} while its partitions hold some: rebuilding the Kafka consumer"
+                        );
+                        this.metrics
+                            .consumer_rebuilds
+                            .get_or_create(&SaleLabels::from(&sale))
+                            .inc();
+                    }
                 }
             }
         })

@@ -19,9 +19,10 @@ pub struct Evidence {
     pub accepted: BTreeMap<String, (String, i64)>,
     /// Whether any shopper was told SOLD_OUT.
     pub sold_out_seen: bool,
-    /// Purchases whose answer never arrived (connection lost): each may or
-    /// may not have become an order, and the shopper was told neither.
-    pub unanswered: usize,
+    /// Shoppers whose purchase's answer never arrived (a timeout, a lost
+    /// connection, the storm over before a retry): it may or may not have
+    /// become an order, and the shopper was told neither.
+    pub unanswered: BTreeSet<String>,
     /// Orders the shoppers were told `OUTCOME_UNKNOWN` for: each may or may
     /// not be an order, and the shopper was told neither.
     pub in_doubt: BTreeSet<String>,
@@ -173,9 +174,13 @@ pub fn figures(e: &Evidence) -> Figures {
         lost: lost_orders(e).into_iter().cloned().collect(),
         phantom: e
             .orders
-            .keys()
-            .filter(|id| !e.accepted.contains_key(*id) && !e.in_doubt.contains(*id))
-            .cloned()
+            .iter()
+            .filter(|&(id, order)| {
+                !e.accepted.contains_key(id)
+                    && !e.in_doubt.contains(id)
+                    && !e.unanswered.contains(&order.shopper)
+            })
+            .map(|(id, _)| id.clone())
             .collect(),
         convergence,
     }
@@ -433,6 +438,16 @@ mod tests {
         // Told its outcome was unknown: an order or not, no promise broken.
         phantom.in_doubt.insert("z".into());
         assert!(!failing(&phantom).contains(&"I4"));
+        // Told nothing (its answer came after the shopper stopped waiting,
+        // the storm over): no promise broken either.
+        phantom.in_doubt.clear();
+        phantom.unanswered.insert("zoe".into());
+        assert!(!failing(&phantom).contains(&"I4"));
+        phantom.unanswered = ["bob".to_string()].into();
+        assert!(
+            failing(&phantom).contains(&"I4"),
+            "another shopper's silence excuses nothing"
+        );
 
         let mut stranded = clean();
         stranded.accepted.remove("b");

@@ -22,8 +22,8 @@ pub struct Told {
     pub accepted: BTreeMap<String, (String, i64)>,
     /// Whether SOLD_OUT was answered.
     pub sold_out_seen: bool,
-    /// Purchases whose answer never arrived.
-    pub unanswered: usize,
+    /// Shoppers whose purchase's answer never arrived.
+    pub unanswered: BTreeSet<String>,
     /// Orders answered `OUTCOME_UNKNOWN`: they may or may not stand.
     pub in_doubt: BTreeSet<String>,
 }
@@ -158,7 +158,7 @@ async fn read(
         limit: config.purchase_limit,
         accepted: told.accepted.clone(),
         sold_out_seen: told.sold_out_seen,
-        unanswered: told.unanswered,
+        unanswered: told.unanswered.clone(),
         in_doubt: told.in_doubt.clone(),
         sold: db.sold,
         shopper_units: db.shopper_units,
