@@ -363,6 +363,15 @@ start_in_node() {
   start_bg "$name" "${IN_NETNS[@]}" "$@"
 }
 
+start_kubelet() {
+  start_in_node kubelet "$K8S_BIN/kubelet" \
+    --config="$NODE_DIR/kubelet.yaml" \
+    --kubeconfig="$KUBELET_KUBECONFIG" \
+    --root-dir="$KUBELET_DIR" \
+    --hostname-override="$NODE_NAME" \
+    --node-ip="$NODE_IP"
+}
+
 elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
 
 up() {
@@ -401,12 +410,7 @@ up() {
     die "port 10250 for the kubelet is taken by another process"
   fi
   since=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-  start_in_node kubelet "$K8S_BIN/kubelet" \
-    --config="$NODE_DIR/kubelet.yaml" \
-    --kubeconfig="$KUBELET_KUBECONFIG" \
-    --root-dir="$KUBELET_DIR" \
-    --hostname-override="$NODE_NAME" \
-    --node-ip="$NODE_IP"
+  start_kubelet
   start_in_node kube-proxy "$K8S_BIN/kube-proxy" --config="$NODE_DIR/kube-proxy.yaml"
 
   wait_until 60 kubelet kubelet_ok
@@ -562,10 +566,48 @@ crash() {
   die "no node runs container $1"
 }
 
+# index_of NAME: the index of the node called NAME (kubectl's name).
+index_of() {
+  local n
+  for n in "${NODE_INDICES[@]}"; do
+    use_node "$n"
+    if [ "$NODE_NAME" = "$1" ]; then
+      echo "$n"
+      return 0
+    fi
+  done
+  die "no node $1 here"
+}
+
+# kubelet_stop: stops the node's kubelet and nothing else, as a kubelet
+# that died or hung would: its containers and kube-proxy keep running; the
+# control plane marks the node NotReady after its grace period.
+kubelet_stop() {
+  stop_pid "$(proc kubelet)"
+  log "kubelet of $NODE_NAME stopped; its containers run on"
+}
+
+# kubelet_start: starts the node's kubelet again and waits until the node
+# is Ready (the kubelet adopts the containers that ran on).
+kubelet_start() {
+  local since
+  since=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  start_kubelet
+  wait_until 60 kubelet kubelet_ok
+  wait_until 90 "node $NODE_NAME Ready" node_ready "$since"
+}
+
 case ${1:-} in
   up) up ;;
   crash) crash "${2:?usage: $0 crash CONTAINER_ID}" ;;
+  kubelet_stop | kubelet_start)
+    # NODE by its name: every path above is the node of NODE_INDEX's, so
+    # another node's runs this script again as that node.
+    n=$(index_of "${2:?usage: $0 $1 NODE}")
+    if [ "$n" != "$NODE_INDEX" ]; then NODE_INDEX=$n exec "$0" "$@"; fi
+    "$1"
+    ;;
   down) down ;;
   status) status ;;
-  *) die "usage: $0 up|down|status|crash CONTAINER_ID" ;;
+  *) die "usage: $0 up|down|status|crash CONTAINER_ID|kubelet_stop NODE|kubelet_start NODE" ;;
 esac

@@ -46,10 +46,19 @@ pub enum Kind {
     /// Replicated topology: the PostgreSQL primary lost as a machine is
     /// (its Patroni and postgres SIGKILLed); Patroni promotes the
     /// synchronous standby, the old primary rejoins as the standby after.
+    /// Meanwhile the merchant flips the kill switch on and off again.
     PostgresFailover = 22,
     /// Replicated topology: a planned switchover of the PostgreSQL primary
     /// to the standby (`patronictl switchover`).
     PostgresSwitchover = 23,
+    /// Two nodes, the sale's operators, API and consumers installed by the
+    /// chart: `kubectl drain` of the node holding the operator leader and
+    /// half the consumers, mid-storm.
+    NodeDrain = 24,
+    /// Two nodes, the workload installed by the chart: the kubelet of the
+    /// node holding the operator leader stopped for 65 s mid-sale (the
+    /// node goes NotReady after the controller-manager's 50 s grace).
+    KubeletStop = 25,
     /// PostgreSQL stopped in immediate mode, then started.
     PostgresRestart = 6,
     /// Packets to PostgreSQL's port dropped for 5 s (iptables).
@@ -82,7 +91,7 @@ pub enum Kind {
 impl Kind {
     /// Every kind that must hold, in report order (`KafkaWipe`, expected
     /// to lose orders, runs only when named).
-    pub const ALL: [Kind; 23] = [
+    pub const ALL: [Kind; 25] = [
         Kind::RedisRestart,
         Kind::RedisFailover,
         Kind::RedisWipe,
@@ -94,6 +103,8 @@ impl Kind {
         Kind::ControllerKill,
         Kind::PostgresFailover,
         Kind::PostgresSwitchover,
+        Kind::NodeDrain,
+        Kind::KubeletStop,
         Kind::PostgresRestart,
         Kind::PostgresUnreachable,
         Kind::RedisSlow,
@@ -150,6 +161,24 @@ impl Kind {
                 | Kind::PostgresFailover
                 | Kind::PostgresSwitchover
         )
+    }
+
+    /// Whether the sale's operators, API and consumers are installed by the
+    /// chart into the run's namespace, on the two nodes, rather than run as
+    /// processes on this host: a node's fault must reach them.
+    pub fn in_cluster(self) -> bool {
+        matches!(self, Kind::NodeDrain | Kind::KubeletStop)
+    }
+
+    /// The shortest window this kind's fault fits in, with the storm going
+    /// on around it: a drain takes ~10 s, a stopped kubelet's node goes
+    /// NotReady only after 50 s.
+    pub fn min_window_secs(self) -> i64 {
+        match self {
+            Kind::NodeDrain => 40,
+            Kind::KubeletStop => 100,
+            _ => 0,
+        }
     }
 
     /// The toxiproxy proxies the run's processes reach this kind's slowed
@@ -623,7 +652,8 @@ mod tests {
     fn kinds_have_names_and_one_runs_on_the_cluster() {
         let names: Vec<String> = Kind::ALL.iter().map(|k| k.name()).collect();
         assert_eq!(names[0], "redis-restart");
-        assert_eq!(names.len(), 23);
+        assert_eq!(names.len(), 25);
+        assert_eq!(Kind::ALL.iter().filter(|k| k.in_cluster()).count(), 2);
         assert_eq!(Kind::ALL.iter().filter(|k| k.on_cluster()).count(), 2);
         assert_eq!(Kind::ALL.iter().filter(|k| k.replicated()).count(), 5);
         // The demonstration that loses orders runs only when named.

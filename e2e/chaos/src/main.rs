@@ -6,6 +6,7 @@
 //! when a run broke an invariant, keeping its logs, seed and timeline.
 
 mod faults;
+mod nodes;
 mod report;
 mod run;
 mod storm;

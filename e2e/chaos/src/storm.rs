@@ -28,8 +28,8 @@ pub struct Told {
     pub undecided: std::collections::BTreeSet<String>,
     /// When the storm ended, seconds since it began.
     pub ended_at: f64,
-    /// Whether any shopper heard SOLD_OUT.
-    pub sold_out_seen: bool,
+    /// The fewest units a shopper asked for and heard SOLD_OUT.
+    pub sold_out_smallest: Option<i64>,
     /// Orders answered `OUTCOME_UNKNOWN` (their shoppers retry): each may
     /// or may not stand.
     pub in_doubt: std::collections::BTreeSet<String>,
@@ -167,7 +167,10 @@ async fn shopper(
             return;
         }
         if decided {
-            t.sold_out_seen |= code.as_deref() == Some("SOLD_OUT");
+            if code.as_deref() == Some("SOLD_OUT") {
+                t.sold_out_smallest =
+                    Some(t.sold_out_smallest.map_or(quantity, |q| q.min(quantity)));
+            }
             return;
         }
         drop(t);

@@ -21,7 +21,6 @@ use flashsale_workload::load::{self, Identity, StormConfig};
 use flashsale_workload::redis::RedisConn;
 use flashsale_workload::redis::store::SaleStore;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -164,30 +163,7 @@ async fn a_sale_on_the_cluster_survives_pod_kills_and_keeps_every_invariant() {
                 .to_string_lossy(),
         ],
     );
-    let chart = stack::repo_dir().join("charts/flashsale");
-    let local_values = chart.join("ci/local-values.yaml");
-    run(
-        "helm",
-        &[
-            "install",
-            RELEASE,
-            &chart.to_string_lossy(),
-            "-n",
-            &ns,
-            "-f",
-            &local_values.to_string_lossy(),
-            "--set",
-            &format!("operator.watchNamespace={ns}"),
-            "--set",
-            "operator.leaseSeconds=6",
-            // The CRD is the stack's, applied above: owned by no release.
-            "--set",
-            "crds.enabled=false",
-            "--wait",
-            "--timeout",
-            "3m",
-        ],
-    );
+    stack::install_chart(&ns, RELEASE, &[]).unwrap_or_else(|e| panic!("{e}"));
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     assert_eq!(
         running_pods(&pods, "operator").await.len(),
@@ -331,20 +307,7 @@ async fn a_sale_on_the_cluster_survives_pod_kills_and_keeps_every_invariant() {
     // say; each replacement goes to the other node).
     let drained = if spread == 2 {
         tokio::time::sleep(Duration::from_secs(8)).await;
-        let leader = Api::<Lease>::namespaced(client.clone(), &ns)
-            .get("flashsale-operator")
-            .await
-            .unwrap()
-            .spec
-            .and_then(|s| s.holder_identity)
-            .expect("an operator leads");
-        let node = pods
-            .get(&leader)
-            .await
-            .unwrap()
-            .spec
-            .and_then(|s| s.node_name)
-            .expect("the leader's node");
+        let (leader, node) = stack::operator_leader(&ns).expect("an operator leads, on a node");
         let drained = Drained(node.clone());
         let began = std::time::Instant::now();
         run(

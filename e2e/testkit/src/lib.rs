@@ -270,6 +270,69 @@ pub fn remove_namespace(namespace: &str) {
     kubectl(&["delete", "namespace", namespace, "--wait=false"]);
 }
 
+/// Installs the chart as `release` into `namespace` with the local stack's
+/// values (`charts/flashsale/ci/local-values.yaml`): the operator watches
+/// that namespace only and leases for 6 s; the CRD is the stack's, owned by
+/// no release. `sets` are more `--set NAME=VALUE`. Waits (3 min) until its
+/// pods are Ready; helm's own words when it fails.
+pub fn install_chart(namespace: &str, release: &str, sets: &[String]) -> Result<(), String> {
+    let chart = repo_dir().join("charts/flashsale");
+    let mut args: Vec<String> = [
+        "install",
+        release,
+        &chart.to_string_lossy(),
+        "-n",
+        namespace,
+    ]
+    .map(str::to_string)
+    .into();
+    args.extend([
+        "-f".into(),
+        chart.join("ci/local-values.yaml").to_string_lossy().into(),
+    ]);
+    let ours = [
+        format!("operator.watchNamespace={namespace}"),
+        "operator.leaseSeconds=6".into(),
+        "crds.enabled=false".into(),
+    ];
+    for set in ours.iter().chain(sets) {
+        args.extend(["--set".into(), set.clone()]);
+    }
+    args.extend(["--wait", "--timeout", "3m"].map(str::to_string));
+    let out = std::process::Command::new("helm")
+        .args(&args)
+        .env("KUBECONFIG", kubeconfig())
+        .env("PATH", var("PATH"))
+        .output()
+        .map_err(|e| format!("helm does not run ({e}): {START_HINT}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "helm install {release} -n {namespace}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// The operator pod holding the chart's Lease in `namespace` (its identity
+/// is its pod's name), and the node it runs on.
+pub fn operator_leader(namespace: &str) -> Option<(String, String)> {
+    let get = |what: &[&str], path: &str| {
+        let mut args = vec!["get"];
+        args.extend(what);
+        args.extend(["-n", namespace, "-o", path]);
+        Some(kubectl(&args).trim().to_string()).filter(|s| !s.is_empty())
+    };
+    let pod = get(
+        &["lease", "flashsale-operator"],
+        "jsonpath={.spec.holderIdentity}",
+    )?;
+    let node = get(&["pod", &pod], "jsonpath={.spec.nodeName}")?;
+    Some((pod, node))
+}
+
 /// Polls `check` every 100 ms until it gives a value, or panics after
 /// `timeout` naming `what`.
 pub async fn wait_for<T, F, Fut>(timeout: std::time::Duration, what: &str, mut check: F) -> T

@@ -17,8 +17,10 @@ pub struct Evidence {
     pub limit: i64,
     /// Orders the shoppers were told were accepted: id → (shopper, units).
     pub accepted: BTreeMap<String, (String, i64)>,
-    /// Whether any shopper was told SOLD_OUT.
-    pub sold_out_seen: bool,
+    /// The fewest units a shopper asked for and was told SOLD_OUT (`None`:
+    /// nobody was). A request for more units than are left is refused
+    /// SOLD_OUT though some are: demand exceeded stock by that much only.
+    pub sold_out_smallest: Option<i64>,
     /// Shoppers whose purchase's answer never arrived (a timeout, a lost
     /// connection, the storm over before a retry): it may or may not have
     /// become an order, and the shopper was told neither.
@@ -245,20 +247,21 @@ fn no_phantom_order(e: &Evidence, f: &Figures) -> Verdict {
 }
 
 fn sell_through(e: &Evidence, f: &Figures) -> Verdict {
-    if !e.sold_out_seen {
+    let Some(asked) = e.sold_out_smallest else {
         return verdict(
             "I5",
             "sell-through",
             Some(true),
             "demand never exceeded stock".into(),
         );
-    }
+    };
+    // Fewer units left than the smallest request refused: none could sell.
     verdict(
         "I5",
         "sell-through",
-        Some(f.accepted_units >= e.stock),
+        Some(e.stock - f.accepted_units < asked),
         format!(
-            "SOLD_OUT was answered; {} of {} units were accepted",
+            "SOLD_OUT was answered (to a request of {asked} at the least); {} of {} units were accepted",
             f.accepted_units, e.stock
         ),
     )
@@ -334,7 +337,7 @@ mod tests {
             stock: 3,
             limit: 2,
             sold: 3,
-            sold_out_seen: true,
+            sold_out_smallest: Some(1),
             ..Default::default()
         };
         e.accepted.insert("a".into(), ("alice".into(), 2));
@@ -456,6 +459,10 @@ mod tests {
         stranded.redis_units = Some(stranded.shopper_units.clone());
         stranded.redis_remaining = Some(1);
         assert_eq!(failing(&stranded), vec!["I5"]);
+        // The unit left could not serve the only request refused (2 units).
+        let mut too_few = stranded.clone();
+        too_few.sold_out_smallest = Some(2);
+        assert_eq!(failing(&too_few), Vec::<&str>::new());
 
         let mut drift = clean();
         drift.redis_remaining = Some(2);

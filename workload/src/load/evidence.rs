@@ -20,8 +20,8 @@ use crate::redis::store::SaleStore;
 pub struct Told {
     /// Accepted orders: id → (shopper, units).
     pub accepted: BTreeMap<String, (String, i64)>,
-    /// Whether SOLD_OUT was answered.
-    pub sold_out_seen: bool,
+    /// The fewest units a shopper asked for and was told SOLD_OUT.
+    pub sold_out_smallest: Option<i64>,
     /// Shoppers whose purchase's answer never arrived.
     pub unanswered: BTreeSet<String>,
     /// Orders answered `OUTCOME_UNKNOWN`: they may or may not stand.
@@ -157,7 +157,7 @@ async fn read(
         stock: db.stock,
         limit: config.purchase_limit,
         accepted: told.accepted.clone(),
-        sold_out_seen: told.sold_out_seen,
+        sold_out_smallest: told.sold_out_smallest,
         unanswered: told.unanswered.clone(),
         in_doubt: told.in_doubt.clone(),
         sold: db.sold,

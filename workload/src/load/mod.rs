@@ -211,10 +211,9 @@ impl Shared {
         self.record(&outcome, latency);
         self.progress.inc(1);
         if outcome.ends_with("SOLD_OUT") {
-            self.told
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .sold_out_seen = true;
+            let mut told = self.told.lock().unwrap_or_else(|p| p.into_inner());
+            told.sold_out_smallest =
+                Some(told.sold_out_smallest.map_or(quantity, |q| q.min(quantity)));
         }
         if let (true, Some(order)) = (outcome.ends_with("OUTCOME_UNKNOWN"), &answered) {
             self.told
