@@ -171,11 +171,8 @@ fn merge_told(told: &mut Told, other: Told) {
     told.accepted.extend(other.accepted);
     told.unanswered.extend(other.unanswered);
     told.in_doubt.extend(other.in_doubt);
-    told.sold_out_smallest = told
-        .sold_out_smallest
-        .into_iter()
-        .chain(other.sold_out_smallest)
-        .min();
+    told.sold_out_smallest =
+        flashsale_workload::load::evidence::fewer(told.sold_out_smallest, other.sold_out_smallest);
 }
 
 /// Runs the intake measurements; the API process serves the `bench` namespace.

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use flashsale_workload::load::evidence::fewer;
 use flashsale_workload::load::purchases::PurchaseClient;
 use reqwest::header::{HeaderName, HeaderValue};
 use tokio::sync::Mutex;
@@ -168,8 +169,7 @@ async fn shopper(
         }
         if decided {
             if code.as_deref() == Some("SOLD_OUT") {
-                t.sold_out_smallest =
-                    Some(t.sold_out_smallest.map_or(quantity, |q| q.min(quantity)));
+                t.sold_out_smallest = fewer(t.sold_out_smallest, Some(quantity));
             }
             return;
         }

@@ -15,6 +15,12 @@ use crate::domain::sale::SaleConfig;
 use crate::orders::reconciliation;
 use crate::redis::store::SaleStore;
 
+/// The fewer of two "fewest units refused SOLD_OUT" (either may be none):
+/// how every storm adds a refusal, or merges another storm's.
+pub fn fewer(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    a.into_iter().chain(b).min()
+}
+
 /// What the shoppers were told during a run.
 #[derive(Debug, Clone, Default)]
 pub struct Told {

@@ -212,8 +212,7 @@ impl Shared {
         self.progress.inc(1);
         if outcome.ends_with("SOLD_OUT") {
             let mut told = self.told.lock().unwrap_or_else(|p| p.into_inner());
-            told.sold_out_smallest =
-                Some(told.sold_out_smallest.map_or(quantity, |q| q.min(quantity)));
+            told.sold_out_smallest = evidence::fewer(told.sold_out_smallest, Some(quantity));
         }
         if let (true, Some(order)) = (outcome.ends_with("OUTCOME_UNKNOWN"), &answered) {
             self.told
