@@ -70,12 +70,24 @@ WATCH_PID=$!
 done) >"$RESULTS/replicas.txt" &
 SAMPLER_PID=$!
 
+api=$(kubectl get svc "$RELEASE-api" -n "$NS" -o jsonpath='{.spec.clusterIP}:{.spec.ports[0].port}')
+# The sale page as a shopper's phone shows it, headless (3 s of the page's
+# own time: its clock, status and countdown settle).
+shot() { # NAME
+  timeout 60 chromium --headless=new --no-sandbox --disable-gpu --hide-scrollbars \
+    --window-size=412,915 --virtual-time-budget=3000 \
+    --screenshot="$RESULTS/page-$1.png" "http://$api/s/$SALE" >/dev/null 2>&1 &&
+    say "the sale page, $1: $RESULTS/page-$1.png" ||
+    say "no screenshot of the page ($1): is chromium installed? (make test installs it)"
+}
+
 wait_state Warm 90
 say "warmed: Redis loaded from the database and verified"
+shot countdown
 wait_state Live 60
+shot live
 
 step "5/8 The storm: 40,000 purchases by 30,000 shoppers through the API Service"
-api=$(kubectl get svc "$RELEASE-api" -n "$NS" -o jsonpath='{.spec.clusterIP}:{.spec.ports[0].port}')
 jwt=$(mktemp)
 payments=$(mktemp)
 kubectl get secret "$RELEASE-jwt" -n "$NS" -o jsonpath='{.data.hs256-secret}' | base64 -d >"$jwt"
@@ -88,6 +100,7 @@ FLASHSALE_REDIS=$REDIS_URL target/release/flashsale load --url "http://$api" --s
   --pay 0.5 --cancel 0.05 --check --json "$RESULTS/load.json"
 rm -f "$jwt" "$payments"
 kubectl get pods -n "$NS" -o wide | sed 's/^/    /'
+shot after-the-storm
 say "kubectl flashsale status, mid-sale:"
 kubectl flashsale status -n "$NS" "$SALE" | sed 's/^/    /'
 

@@ -18,6 +18,7 @@ PACKAGES=(
   pkg-config zlib1g-dev libssl-dev   # builds the bundled librdkafka (TLS by OpenSSL)
   maven
   prometheus                      # promtool (e2e/alerts.sh checks and tests the alert rules) and Prometheus
+  chromium chromium-driver        # the sale page's tests in a real browser (WebDriver)
 )
 
 missing=()

@@ -176,6 +176,48 @@ async fn invalid_manifests_are_refused_with_the_field_named() {
             "antiBot.tokenTtl must be between 1s and 10m",
         ),
         (
+            "admission.mode unknown",
+            with(base.clone(), "spec.admission.mode", json!("lottery")),
+            "spec.admission.mode",
+        ),
+        (
+            "admission.prequeue over a day",
+            with(base.clone(), "spec.admission.prequeue", json!("25h")),
+            "admission.prequeue must be between 0s and 24h",
+        ),
+        (
+            "admission.ratePerSecond zero",
+            with(base.clone(), "spec.admission.ratePerSecond", json!(0)),
+            "spec.admission.ratePerSecond",
+        ),
+        (
+            "a challenge without a queue",
+            with(
+                base.clone(),
+                "spec.admission.challenge",
+                json!({"kind": "proofOfWork"}),
+            ),
+            "admission.challenge needs mode: queue",
+        ),
+        (
+            "challenge too hard for a phone",
+            with(
+                with(base.clone(), "spec.admission.mode", json!("queue")),
+                "spec.admission.challenge",
+                json!({"kind": "proofOfWork", "difficulty": 29}),
+            ),
+            "spec.admission.challenge.difficulty",
+        ),
+        (
+            "challenge ceiling below its difficulty",
+            with(
+                with(base.clone(), "spec.admission.mode", json!("queue")),
+                "spec.admission.challenge",
+                json!({"kind": "proofOfWork", "difficulty": 20, "maxDifficulty": 19}),
+            ),
+            "admission.challenge.maxDifficulty must be at least its difficulty",
+        ),
+        (
             "antiBot.required not a boolean",
             with(base.clone(), "spec.antiBot.required", json!("yes")),
             "spec.antiBot.required",

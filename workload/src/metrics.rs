@@ -102,6 +102,66 @@ pub struct Metrics {
     /// Payment callbacks by what they did (`refund`: money taken for an
     /// order that could no longer be paid, owed back).
     pub payment_settlements: Family<SettlementLabels, Counter>,
+    /// The admission queues.
+    pub queue: QueueMetrics,
+}
+
+/// Labels of a refusal's reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// A fixed word per reason.
+    pub reason: &'static str,
+}
+
+/// The admission queues' metrics (`spec.admission`).
+pub struct QueueMetrics {
+    /// Shoppers who joined (a shopper joining again counts again).
+    pub joins: Family<SaleLabels, Counter>,
+    /// Shoppers in line, as the last join or poll found it.
+    pub length: Family<SaleLabels, Gauge>,
+    /// Places admitted per second (the spec's rate).
+    pub admission_rate: Family<SaleLabels, Gauge>,
+    /// The wait promised to each shopper joining after the start, until
+    /// admission (the lottery's places are known only at the start).
+    pub promised_wait_seconds: Histogram,
+    /// Challenge answers refused, by reason.
+    pub challenge_failures: Family<ReasonLabels, Counter>,
+}
+
+impl QueueMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            joins: Family::default(),
+            length: Family::default(),
+            admission_rate: Family::default(),
+            // 0.5 s .. ~4.5 h
+            promised_wait_seconds: Histogram::new(exponential_buckets(0.5, 2.0, 16)),
+            challenge_failures: Family::default(),
+        };
+        let queue = registry.sub_registry_with_prefix("queue");
+        queue.register(
+            "joins",
+            "Shoppers who joined the queue",
+            metrics.joins.clone(),
+        );
+        queue.register("length", "Shoppers in line", metrics.length.clone());
+        queue.register(
+            "admission_rate",
+            "Places admitted per second",
+            metrics.admission_rate.clone(),
+        );
+        queue.register(
+            "promised_wait_seconds",
+            "The wait promised to shoppers joining after the start, until admission",
+            metrics.promised_wait_seconds.clone(),
+        );
+        queue.register(
+            "challenge_failures",
+            "Challenge answers refused, by reason",
+            metrics.challenge_failures.clone(),
+        );
+        metrics
+    }
 }
 
 impl Default for Metrics {
@@ -170,8 +230,10 @@ impl Default for Metrics {
             "Payment callbacks by what they did",
             payment_settlements.clone(),
         );
+        let queue = QueueMetrics::register(&mut registry);
         Self {
             registry,
+            queue,
             requests,
             request_seconds,
             purchases,

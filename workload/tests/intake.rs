@@ -147,7 +147,13 @@ async fn every_refusal_code_comes_from_a_real_request() {
     );
     expect(api.buy(&live.sale, "bob", 1).await, 409, "SOLD_OUT");
 
-    let url = format!("{}/v1/sales/{}/orders", api.url, live.sale.name);
+    // Sold out is told before anything else is looked at (identity, body):
+    // it costs nothing and says what the public status says.
+    let sold_out_url = format!("{}/v1/sales/{}/orders", api.url, live.sale.name);
+    let anonymous = api.client.post(&sold_out_url).send().await.unwrap();
+    expect(Answer::read(anonymous).await, 409, "SOLD_OUT");
+
+    let url = format!("{}/v1/sales/{}/orders", api.url, paused.sale.name);
     let bad_json = api
         .client
         .post(&url)

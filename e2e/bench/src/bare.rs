@@ -1,14 +1,15 @@
 //! The floor under the API's CPU per purchase: a bare axum handler that
 //! answers every purchase 202 with an order id, on the API's runtime
 //! (tokio's default, pinned to the API's core), stormed by the same load
-//! generator — HTTP and the runtime alone, without JWT, Redis or Kafka.
+//! generator — HTTP and the runtime alone, without JWT, Redis or Kafka;
+//! and a fixed status, the floor under the status route.
 
 use std::time::Duration;
 
 use axum::Json;
 use axum::extract::Path;
-use axum::http::StatusCode;
-use axum::routing::post;
+use axum::http::{StatusCode, header};
+use axum::routing::{get, post};
 
 use crate::cpu::{self, CpuShare};
 use crate::procs::{self, Proc};
@@ -25,6 +26,8 @@ pub struct Bare {
     pub requests_per_sec: f64,
     /// How the cores were shared ("API" is the bare handler).
     pub cpu: CpuShare,
+    /// Reads of a fixed status answered per second.
+    pub status_per_sec: f64,
 }
 
 impl Bare {
@@ -43,7 +46,22 @@ pub async fn serve(listen: &str) -> anyhow::Result<()> {
             Json(serde_json::json!({"orderId": uuid::Uuid::now_v7(), "status": "PENDING"})),
         )
     }
-    let app = axum::Router::new().route("/v1/sales/{sale}/orders", post(purchase));
+    // The status's shape and headers, none of its work.
+    async fn status(Path(sale): Path<String>) -> impl axum::response::IntoResponse {
+        (
+            [
+                (header::CACHE_CONTROL, "public, max-age=1"),
+                (header::ETAG, "W/\"0123456789abcdef01234567\""),
+            ],
+            Json(serde_json::json!({
+                "sale": sale, "state": "live", "startsAt": "2026-12-06T20:00:00.000Z",
+                "endsAt": "2026-12-06T22:00:00.000Z", "serverTime": chrono::Utc::now(), "stock": "plenty",
+            })),
+        )
+    }
+    let app = axum::Router::new()
+        .route("/v1/sales/{sale}/orders", post(purchase))
+        .route("/v1/sales/{sale}/status", get(status));
     let listener = tokio::net::TcpListener::bind(listen).await?;
     axum::serve(listener, app).await?;
     Ok(())
@@ -67,10 +85,12 @@ pub async fn run(secret: &[u8], duration: Duration) -> anyhow::Result<Bare> {
         &cpu::snapshot(Some(server.pid()), "exited children"),
         report.requests as usize,
     );
+    let status_per_sec = crate::funnel::statuses(&url, "bare", duration).await?;
     server.stop().await;
     Ok(Bare {
         requests_per_sec: report.requests_per_sec,
         cpu: share,
+        status_per_sec,
     })
 }
 

@@ -6,6 +6,7 @@ use serde::Serialize;
 use crate::bare::Bare;
 use crate::broker::PlainProducer;
 use crate::cpu;
+use crate::funnel::CheapAnswers;
 use crate::intake::{self, Intake};
 use crate::operator::OperatorFigures;
 use crate::persist::Persist;
@@ -56,6 +57,35 @@ fn cpu_row(name: &str, us: f64, baseline: &str, baseline_us: f64, goal_us: f64) 
         &format!("<= {goal_us:.0} µs"),
         us <= goal_us,
     )
+}
+
+/// The funnel's cheap answers against the bare handler's rate (goal 0.8).
+pub fn cheap_answers(cheap: &CheapAnswers, bare: &Bare) -> Vec<Figure> {
+    let row = |name: &str, per_sec: f64, bare_name: &str, bare_per_sec: f64| {
+        let ratio = per_sec / bare_per_sec.max(1.0);
+        figure(
+            name,
+            format!("{per_sec:.0}/s"),
+            &format!("{bare_name}: {bare_per_sec:.0}/s"),
+            format!("ratio {ratio:.2}"),
+            "ratio >= 0.8",
+            ratio >= 0.8,
+        )
+    };
+    vec![
+        row(
+            "status answers/s (GET /v1/sales/{sale}/status, from memory)",
+            cheap.status_per_sec,
+            "a bare axum handler of a fixed status",
+            bare.status_per_sec,
+        ),
+        row(
+            "sold-out purchases refused/s (409 SOLD_OUT, JWT shoppers)",
+            cheap.sold_out_per_sec,
+            "a bare axum handler answering every purchase 202",
+            bare.requests_per_sec,
+        ),
+    ]
 }
 
 /// The purchase path: CPU per accepted purchase by part and in all, each

@@ -15,6 +15,7 @@ use flashsale_workload::redis::store::SaleStore;
 use sqlx::PgPool;
 
 use crate::cpu::{self, CpuShare};
+use crate::funnel::{self, CheapAnswers};
 use crate::procs::{self, Proc};
 use crate::sale;
 
@@ -56,6 +57,10 @@ pub struct Intake {
     pub max_rate_cpu: CpuShare,
     /// The HS256 secret the shoppers' tokens were signed with.
     pub secret: Vec<u8>,
+    /// Statuses and sold-out purchases answered per second.
+    pub cheap: CheapAnswers,
+    /// The sale sold out from the start (stock 0).
+    pub sold_out_sale: SaleConfig,
 }
 
 /// Clients, as in the redis-benchmark baseline.
@@ -182,6 +187,7 @@ pub async fn run(
     results: &Path,
     seconds: u64,
     half_rate: HalfRate,
+    cheap_for: Duration,
 ) -> anyhow::Result<Intake> {
     let suffix = chrono::Utc::now().format("%H%M%S");
     let baseline_sale = sale::live(
@@ -194,6 +200,7 @@ pub async fn run(
     )
     .await?;
     let config = sale::live(db, store, &format!("intake-{suffix}"), 10_000_000, 8, 1_000).await?;
+    let sold_out_sale = sale::live(db, store, &format!("sold-out-{suffix}"), 0, 8, 1).await?;
     SCRIPTS
         .purchase
         .prepare_invoke()
@@ -275,6 +282,7 @@ pub async fn run(
         .map(|r| r.outcomes.get("202").map_or(f64::NAN, |l| l.p99_ms))
         .collect();
     let half_rate = half_rates.swap_remove(0);
+    let cheap = cheap_answers(&url, &config, &sold_out_sale, &secret, cheap_for).await?;
     let api_rss_peak_mib = api.rss_mib().1;
     // The API's own histograms (request, Redis, produce) say where a slow
     // purchase spent its time.
@@ -295,5 +303,33 @@ pub async fn run(
         baseline_cpu,
         max_rate_cpu,
         secret,
+        cheap,
+        sold_out_sale,
+    })
+}
+
+/// The status of the live sale, then purchases of the sold-out one, each
+/// for `duration`; every purchase must be refused SOLD_OUT.
+async fn cheap_answers(
+    url: &str,
+    live: &SaleConfig,
+    sold_out: &SaleConfig,
+    secret: &[u8],
+    duration: Duration,
+) -> anyhow::Result<CheapAnswers> {
+    eprintln!("intake: the status of a live sale, {CLIENTS} readers at a time, {duration:?}");
+    let status_per_sec = funnel::statuses(url, &live.sale.name, duration).await?;
+    eprintln!("intake: purchases of a sold-out sale, {CLIENTS} shoppers at a time, {duration:?}");
+    let (report, told) =
+        load::storm(storm(url, &sold_out.sale.name, secret, None, duration)).await?;
+    let refused = report.outcomes.get("409 SOLD_OUT").map_or(0, |l| l.count);
+    anyhow::ensure!(
+        refused == report.requests && told.accepted.is_empty(),
+        "a sale of no stock answered other than SOLD_OUT: {:?}",
+        report.outcomes.keys().collect::<Vec<_>>()
+    );
+    Ok(CheapAnswers {
+        status_per_sec,
+        sold_out_per_sec: report.requests_per_sec,
     })
 }

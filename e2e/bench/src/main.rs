@@ -8,6 +8,7 @@ mod bare;
 mod broker;
 mod cpu;
 mod figures;
+mod funnel;
 mod intake;
 mod machine;
 mod operator;
@@ -163,10 +164,18 @@ async fn main() -> anyhow::Result<()> {
         runs: args.half_rate_runs,
         seconds: args.half_rate_seconds,
     };
-    let intake = intake::run(&db, &store, &results, args.seconds, half_rate).await?;
+    let baseline_secs = Duration::from_secs(args.seconds.min(10));
+    let intake = intake::run(
+        &db,
+        &store,
+        &results,
+        args.seconds,
+        half_rate,
+        baseline_secs,
+    )
+    .await?;
     eprintln!("{}", load::render(&intake.max_rate));
     eprintln!("{}", load::render(&intake.half_rate));
-    let baseline_secs = Duration::from_secs(args.seconds.min(10));
     eprintln!("bare handler: the same storm against a bare axum handler, {baseline_secs:?}");
     let bare = bare::run(&intake.secret, baseline_secs).await?;
     eprintln!(
@@ -200,7 +209,7 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     let verdicts = invariants::evaluate(&evidence).verdicts;
-    for config in [&intake.config, &intake.baseline_sale] {
+    for config in [&intake.config, &intake.baseline_sale, &intake.sold_out_sale] {
         sale::remove(&db, &store, config).await?;
     }
 
@@ -211,6 +220,7 @@ async fn main() -> anyhow::Result<()> {
     };
 
     let mut figures = figures::purchase_path(&intake, &bare, &plain);
+    figures.extend(figures::cheap_answers(&intake.cheap, &bare));
     figures.push(figures::persistence(&persist));
     figures.push(figures::memory(intake.api_rss_peak_mib));
     if let Some(ops) = &ops {
@@ -332,6 +342,7 @@ async fn main() -> anyhow::Result<()> {
         "halfRateP99Ms": intake.half_rate_p99_ms,
         "halfRateSlowest": slowest_series(&intake.half_rate),
         "bareHandler": bare,
+        "cheapAnswers": intake.cheap,
         "plainProducer": plain,
         "cpuMaxRate": intake.max_rate_cpu,
         "cpuRedisBenchmark": intake.baseline_cpu,

@@ -38,6 +38,7 @@ pub async fn live(
         generation: 1,
         payment_timeout: Duration::from_secs(3600),
         purchase_token_ttl: None,
+        admission: None,
     };
     let config = orders::sales::upsert(db, &config).await?;
     Admin::new(&stack::kafka_bootstrap())?

@@ -6,6 +6,7 @@
 //! process environment wins, then `.run/env`. A service that is not there is a
 //! failure naming the command that starts it — never a skip.
 
+pub mod browser;
 pub mod house;
 pub mod procs;
 

@@ -100,6 +100,11 @@ pub struct FlashSaleSpec {
     /// time (switched on mid-sale when bots show up).
     #[serde(default)]
     pub anti_bot: AntiBot,
+
+    /// Fair admission: shoppers queue before the start, are shuffled at the
+    /// start and admitted at a rate, each given a purchase token.
+    #[serde(default)]
+    pub admission: Admission,
 }
 
 fn default_purchase_limit() -> i32 {
@@ -228,6 +233,89 @@ impl Default for AntiBot {
             token_ttl: default_token_ttl(),
         }
     }
+}
+
+/// Fair admission (`mode: queue`), or none (`open`, the default).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.mode == 'queue' || !has(self.challenge)").message("admission.challenge needs mode: queue"))]
+pub struct Admission {
+    /// `open`: anyone may buy; `queue`: purchases need a purchase token,
+    /// issued only through the queue.
+    #[serde(default)]
+    pub mode: AdmissionMode,
+    /// How long before the start the queue opens (0s..24h, default 10m).
+    #[serde(default = "default_prequeue", serialize_with = "duration_text")]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('0s') && duration(self) <= duration('24h')").message("admission.prequeue must be between 0s and 24h"))]
+    pub prequeue: Duration,
+    /// Shoppers admitted per second (1..1000000); default 1000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1_000_000))]
+    pub rate_per_second: Option<i32>,
+    /// A proof of work asked before joining.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub challenge: Option<Challenge>,
+}
+
+impl Default for Admission {
+    fn default() -> Self {
+        Self {
+            mode: AdmissionMode::Open,
+            prequeue: default_prequeue(),
+            rate_per_second: None,
+            challenge: None,
+        }
+    }
+}
+
+/// Shoppers admitted per second when the spec does not say.
+pub const DEFAULT_ADMISSION_RATE: i32 = 1000;
+
+fn default_prequeue() -> Duration {
+    "10m".parse().expect("default durations parse")
+}
+
+/// Whether shoppers queue.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum AdmissionMode {
+    /// Anyone may buy (today's behaviour).
+    #[default]
+    Open,
+    /// Shoppers queue and are admitted at a rate.
+    Queue,
+}
+
+/// The challenge: leading zero bits of SHA-256 over the challenge's nonce
+/// and the shopper's solution, solved in the browser.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.maxDifficulty) || self.maxDifficulty >= self.difficulty").message("admission.challenge.maxDifficulty must be at least its difficulty"))]
+pub struct Challenge {
+    /// Only `proofOfWork`.
+    pub kind: ChallengeKind,
+    /// Leading zero bits asked while the queue is calm (1..28, default 18:
+    /// about a quarter of a million hashes, a second or two on a phone).
+    #[serde(default = "default_difficulty")]
+    #[schemars(range(min = 1, max = 28))]
+    pub difficulty: i32,
+    /// Raised by a bit per doubling of the join rate, up to this
+    /// (default: difficulty + 4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 28))]
+    pub max_difficulty: Option<i32>,
+}
+
+fn default_difficulty() -> i32 {
+    18
+}
+
+/// The kinds of challenge.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ChallengeKind {
+    /// SHA-256 with leading zero bits.
+    ProofOfWork,
 }
 
 fn default_token_ttl() -> Duration {

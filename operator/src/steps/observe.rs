@@ -157,7 +157,8 @@ fn row_facts(stored: &StoredSale, config: &SaleConfig) -> RowFacts {
             && row.purchase_limit == config.purchase_limit
             && row.shards == config.shards
             && row.payment_timeout == config.payment_timeout
-            && row.purchase_token_ttl == config.purchase_token_ttl,
+            && row.purchase_token_ttl == config.purchase_token_ttl
+            && row.admission == config.admission,
     }
 }
 

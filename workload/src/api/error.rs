@@ -63,6 +63,34 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "NOT_FOUND", message)
     }
 
+    /// 404 `SALE_NOT_FOUND` (the status route's code for an unknown sale).
+    pub fn sale_not_found(name: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "SALE_NOT_FOUND",
+            format!("no sale named {name:?}"),
+        )
+    }
+
+    /// 403 `QUEUE_REQUIRED`: tokens of a queued sale come from its queue.
+    pub fn queue_required(sale: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "QUEUE_REQUIRED",
+            format!("{sale:?} admits through its queue: POST /v1/sales/{sale}/queue"),
+        )
+    }
+
+    /// 409 `QUEUE_NOT_OPEN`: before the pre-queue opens, or a sale without one.
+    pub fn queue_not_open(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "QUEUE_NOT_OPEN", message)
+    }
+
+    /// 403 `CHALLENGE_FAILED`: a missing, wrong, stale or reused answer.
+    pub fn challenge_failed(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "CHALLENGE_FAILED", message)
+    }
+
     /// 400 `INVALID_REQUEST`.
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", message)

@@ -1,6 +1,6 @@
 //! The shopper HTTP API (axum), exactly per the contract: sale info, purchase,
-//! order status, pay and cancel, the payment provider's callback, and OpenAPI
-//! on the public port; health, readiness and metrics on the internal one.
+//! order status, pay and cancel, the payment provider's callback, the sale's
+//! status and page, and OpenAPI on the public port; health, readiness and metrics on the internal one.
 
 pub mod auth;
 pub mod client_ip;
@@ -10,9 +10,12 @@ pub mod jwks;
 pub mod limits;
 pub mod openapi;
 pub mod orders;
+pub mod page;
 pub mod payments;
+pub mod queue;
 pub mod sales;
 pub mod server;
+pub mod status;
 pub mod tokens;
 pub mod transport;
 
@@ -66,6 +69,8 @@ pub struct AppState {
     pub purchase_token_secret: Option<Arc<[u8]>>,
     /// Proxies whose `X-Forwarded-For` names the client (per-IP limit).
     pub trusted_proxies: Arc<client_ip::TrustedProxies>,
+    /// Queue joins per second (the challenge's difficulty follows them).
+    pub queue_joins: Arc<queue::JoinMeter>,
 }
 
 /// The client's address: the TCP peer, or the client a trusted proxy
@@ -98,7 +103,13 @@ impl FromRequestParts<AppState> for ClientIp {
 pub fn router(state: AppState, limits: &transport::TransportLimits) -> Router {
     let cut_when_late = Router::new()
         .route("/v1/sales/{sale}", get(sales::get_sale))
+        .route("/v1/sales/{sale}/status", get(status::get_status))
+        .route("/s/{sale}", get(page::sale_page))
+        .route("/s/assets/{file}", get(page::asset))
         .route("/v1/sales/{sale}/token", get(tokens::issue))
+        .route("/v1/sales/{sale}/queue", post(queue::join))
+        .route("/v1/sales/{sale}/queue/{ticket}", get(queue::place))
+        .route("/v1/sales/{sale}/challenge", get(queue::challenge))
         .route("/v1/orders/{order_id}", get(orders::get_order))
         .route("/v1/orders/{order_id}/pay", post(payments::pay))
         .route("/v1/payments/callback", post(payments::callback))

@@ -6,40 +6,51 @@ use utoipa::{Modify, OpenApi};
 use super::error::ErrorBody;
 use super::orders::{OrderView, PurchaseAccepted, PurchaseRequest};
 use super::payments::{PaymentCallback, PaymentView};
+use super::queue::{Challenge, ChallengeAnswer, JoinRequest, QueuePlace};
 use super::sales::SaleInfo;
+use super::status::SaleStatusBody;
 use super::tokens::PurchaseToken;
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "FlashSale shopper API", description = "Sale info, purchases and orders. Every refusal is {code, message}."),
+    info(title = "FlashSale shopper API", description = "Sale info and status, the sale page, the admission queue, purchases and orders. Every refusal is {code, message}."),
     paths(
         super::sales::get_sale,
+        super::status::get_status,
+        super::page::sale_page,
+        super::page::asset,
         super::tokens::issue,
+        super::queue::join,
+        super::queue::place,
+        super::queue::challenge,
         super::orders::purchase,
         super::orders::get_order,
         super::payments::pay,
         super::orders::cancel,
         super::payments::callback
     ),
-    components(schemas(SaleInfo, PurchaseToken, PurchaseRequest, PurchaseAccepted, OrderView, PaymentView, PaymentCallback, ErrorBody)),
-    modifiers(&BearerAuth, &OptionalPurchaseBody)
+    components(schemas(SaleInfo, SaleStatusBody, JoinRequest, ChallengeAnswer, QueuePlace, Challenge, PurchaseToken, PurchaseRequest, PurchaseAccepted, OrderView, PaymentView, PaymentCallback, ErrorBody)),
+    modifiers(&BearerAuth, &OptionalBodies)
 )]
 struct ApiDoc;
 
-/// The purchase body may be left out (one unit): utoipa marks a body
-/// optional only by making it nullable, which the API does not accept.
-struct OptionalPurchaseBody;
+/// The purchase body may be left out (one unit), and the queue join's (no
+/// challenge): utoipa marks a body optional only by making it nullable,
+/// which the API does not accept.
+struct OptionalBodies;
 
-impl Modify for OptionalPurchaseBody {
+impl Modify for OptionalBodies {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        let body = openapi
-            .paths
-            .paths
-            .get_mut("/v1/sales/{sale}/orders")
-            .and_then(|path| path.post.as_mut())
-            .and_then(|post| post.request_body.as_mut());
-        if let Some(utoipa::openapi::RefOr::T(body)) = body {
-            body.required = Some(utoipa::openapi::Required::False);
+        for path in ["/v1/sales/{sale}/orders", "/v1/sales/{sale}/queue"] {
+            let body = openapi
+                .paths
+                .paths
+                .get_mut(path)
+                .and_then(|path| path.post.as_mut())
+                .and_then(|post| post.request_body.as_mut());
+            if let Some(utoipa::openapi::RefOr::T(body)) = body {
+                body.required = Some(utoipa::openapi::Required::False);
+            }
         }
     }
 }

@@ -21,7 +21,7 @@ use crate::domain::order::{
 };
 use crate::domain::purchase::ReservationState;
 use crate::domain::shard::home_shard;
-use crate::intake::Purchase;
+use crate::intake::{Purchase, Refusal};
 use crate::janitor::return_to_redis;
 use crate::orders::order::{self as order_rows, EventOutcome};
 
@@ -190,6 +190,16 @@ pub async fn purchase(
     let mut known = None;
     let outcome = async {
         state.limits.check_client(ip)?;
+        // A sold-out sale is refused before anything costs: no identity, no
+        // body, no task (what it tells is public on the status route). A
+        // retry with a key still goes to Redis for its first answer.
+        if let Some(view) = state.catalog.get(&name)
+            && !headers.contains_key("idempotency-key")
+            && state.catalog.is_sold_out(&view)
+        {
+            known = Some(view.config.sale.clone());
+            return Err(Refusal::SoldOut.into());
+        }
         let shopper = state.auth.shopper(&headers)?;
         state.limits.check_shopper(&shopper)?;
         let quantity = parse_quantity(body)?;

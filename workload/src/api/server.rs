@@ -127,6 +127,7 @@ pub async fn build_state(config: &ApiConfig) -> anyhow::Result<AppState> {
         payment_secret: config.payment_secret.as_deref().map(Arc::from),
         purchase_token_secret: config.purchase_token_secret.as_deref().map(Arc::from),
         trusted_proxies: Arc::new(config.trusted_proxies.clone()),
+        queue_joins: Arc::default(),
     })
 }
 

@@ -41,6 +41,7 @@ fn not_configured() -> ApiError {
         (status = 400, description = "INVALID_REQUEST: a shopper id too long for a token", body = ErrorBody),
         (status = 401, description = "UNAUTHENTICATED", body = ErrorBody),
         (status = 404, description = "NOT_FOUND: no such sale", body = ErrorBody),
+        (status = 403, description = "QUEUE_REQUIRED: the sale admits through its queue, which gives the tokens", body = ErrorBody),
         (status = 409, description = "NOT_STARTED or ENDED: tokens are issued within the window only", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED, with Retry-After", body = ErrorBody),
         (status = 503, description = "BUSY (too many requests in flight) or UNAVAILABLE (tokens not configured)", body = ErrorBody),
@@ -61,6 +62,9 @@ pub async fn issue(
         .catalog
         .get(&name)
         .ok_or_else(|| ApiError::not_found(format!("no sale named {name:?}")))?;
+    if view.config.admission.is_some() {
+        return Err(ApiError::queue_required(&view.config.sale.name));
+    }
     let secret = state
         .purchase_token_secret
         .as_deref()
@@ -72,13 +76,23 @@ pub async fn issue(
     if now >= view.config.end {
         return Err(ApiError::from(Refusal::Ended));
     }
+    mint(&view, shopper, secret, now).map(Json)
+}
+
+/// A purchase token for `shopper` in `view`'s sale, from `now`. A sale that
+/// needs no token still issues one (with the CRD's default lifetime): a
+/// client may always fetch one before it buys.
+pub(super) fn mint(
+    view: &SaleView,
+    shopper: String,
+    secret: &[u8],
+    now: DateTime<Utc>,
+) -> Result<PurchaseToken, ApiError> {
     if !purchase_token::fits(&shopper) {
         return Err(ApiError::invalid(
             "the shopper id is too long for a purchase token",
         ));
     }
-    // A sale that needs no token still issues one (with the CRD's default
-    // lifetime): a client may always fetch one before it buys.
     let ttl = view
         .config
         .purchase_token_ttl
@@ -90,10 +104,10 @@ pub async fn issue(
         nonce: Uuid::new_v4(),
         expires_ms: expires_at.timestamp_millis(),
     };
-    Ok(Json(PurchaseToken {
+    Ok(PurchaseToken {
         token: claims.sign(secret),
         expires_at,
-    }))
+    })
 }
 
 /// For a sale that requires tokens: checks the purchase's token (signed for
@@ -107,15 +121,20 @@ pub(super) fn shown(
     shopper: &str,
     headers: &HeaderMap,
 ) -> Result<Option<TokenUse>, ApiError> {
-    if view.config.purchase_token_ttl.is_none() {
+    if view.config.purchase_token_ttl.is_none() && view.config.admission.is_none() {
         return Ok(None);
     }
     let token = headers
         .get(TOKEN_HEADER)
         .ok_or_else(|| {
+            let from = if view.config.admission.is_some() {
+                "its queue (POST /v1/sales/{sale}/queue) gives one when your turn comes"
+            } else {
+                "GET /v1/sales/{sale}/token"
+            };
             ApiError::token_required(format!(
-                "this sale needs a purchase token: GET /v1/sales/{}/token, then send it in Purchase-Token",
-                view.config.sale.name
+                "this sale needs a purchase token: {}, then send it in Purchase-Token",
+                from.replace("{sale}", &view.config.sale.name)
             ))
         })?
         .to_str()

@@ -1,5 +1,6 @@
 //! The pure core: decisions over plain data, no I/O.
 
+pub mod admission;
 pub mod breaker;
 pub mod budget;
 pub mod invariants;
@@ -9,5 +10,7 @@ pub mod purchase;
 pub mod purchase_token;
 pub mod reconcile;
 pub mod sale;
+pub mod seal;
 pub mod shard;
+pub mod status;
 pub mod stock;

@@ -4,9 +4,9 @@
 //! purchase; the single use itself is decided by the purchase script as it
 //! reserves (`lua/purchase.lua`), and kept across a Redis loss by the order.
 
-use hmac::{Hmac, KeyInit, Mac};
-use sha2::Sha256;
 use uuid::Uuid;
+
+use super::seal::{self, Unsealed};
 
 /// The header a purchase carries its token in.
 pub const TOKEN_HEADER: &str = "purchase-token";
@@ -79,12 +79,8 @@ pub enum TokenError {
     Expired,
 }
 
-fn mac(secret: &[u8], payload: &[u8]) -> Hmac<Sha256> {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes a key of any length");
-    mac.update(b"flashsale purchase token v1\0");
-    mac.update(payload);
-    mac
-}
+/// The tokens' label (domain::seal).
+const LABEL: &[u8] = b"flashsale purchase token v1\0";
 
 impl TokenClaims {
     fn payload(&self) -> Vec<u8> {
@@ -98,9 +94,7 @@ impl TokenClaims {
 
     /// The token's text, signed with `secret`.
     pub fn sign(&self, secret: &[u8]) -> String {
-        let payload = self.payload();
-        let signature = mac(secret, &payload).finalize().into_bytes();
-        format!("{}.{}", hex::encode(&payload), hex::encode(signature))
+        seal::seal(secret, LABEL, &self.payload())
     }
 }
 
@@ -114,15 +108,10 @@ pub fn verify(
     shopper: &str,
     now_ms: i64,
 ) -> Result<TokenClaims, TokenError> {
-    let (payload, signature) = token.split_once('.').ok_or(TokenError::Malformed)?;
-    let payload = hex::decode(payload).map_err(|_| TokenError::Malformed)?;
-    let signature = hex::decode(signature).map_err(|_| TokenError::Malformed)?;
-    if payload.len() < 40 || payload.len() > 40 + MAX_SHOPPER {
-        return Err(TokenError::Malformed);
-    }
-    mac(secret, &payload)
-        .verify_slice(&signature)
-        .map_err(|_| TokenError::Forged)?;
+    let payload = seal::open(secret, LABEL, token, 40..=40 + MAX_SHOPPER).map_err(|e| match e {
+        Unsealed::Malformed => TokenError::Malformed,
+        Unsealed::Forged => TokenError::Forged,
+    })?;
     let uuid = |at: usize| Uuid::from_slice(&payload[at..at + 16]).expect("16 bytes");
     let claims = TokenClaims {
         sale_id: uuid(0),

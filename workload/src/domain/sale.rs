@@ -91,9 +91,32 @@ pub struct SaleConfig {
     /// Purchases need a purchase token, good for this long once issued
     /// (`spec.antiBot`); `None`: no token is needed.
     pub purchase_token_ttl: Option<Duration>,
+    /// Shoppers queue and are admitted at a rate (`spec.admission` with
+    /// `mode: queue`); `None`: open, anyone may buy.
+    pub admission: Option<super::admission::Admission>,
 }
 
 impl SaleConfig {
+    /// shop/drop: 10 units, 2 per shopper, 4 shards, open from 1 s to 2 s
+    /// after the epoch (the unit tests' sale).
+    #[cfg(test)]
+    pub(crate) fn example() -> Self {
+        Self {
+            id: Uuid::nil(),
+            sale: SaleRef::new("shop", "drop").unwrap(),
+            sku: "SKU".into(),
+            stock: 10,
+            start: DateTime::from_timestamp_millis(1_000).unwrap(),
+            end: DateTime::from_timestamp_millis(2_000).unwrap(),
+            purchase_limit: 2,
+            shards: 4,
+            generation: 1,
+            payment_timeout: Duration::from_secs(900),
+            purchase_token_ttl: None,
+            admission: None,
+        }
+    }
+
     /// The metadata every shard's purchase script reads.
     pub fn meta(&self, warmed: bool, paused: bool, busy: bool) -> SaleMeta {
         SaleMeta {
@@ -458,19 +481,7 @@ mod state_tests {
     use super::*;
 
     fn config() -> SaleConfig {
-        SaleConfig {
-            id: Uuid::nil(),
-            sale: SaleRef::new("shop", "drop").unwrap(),
-            sku: "SKU".into(),
-            stock: 10,
-            start: DateTime::from_timestamp_millis(1_000).unwrap(),
-            end: DateTime::from_timestamp_millis(2_000).unwrap(),
-            purchase_limit: 2,
-            shards: 4,
-            generation: 1,
-            payment_timeout: Duration::from_secs(900),
-            purchase_token_ttl: None,
-        }
+        SaleConfig::example()
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The storm's purchase requests, over hyper's HTTP/1 client connections
+//! The storm's purchase (and status) requests, over hyper's HTTP/1 client connections
 //! kept in a small pool: the path, bodies and tokens are made once, and an
 //! answer is read without a JSON tree, so the load generator costs little
 //! next to the API it measures (through reqwest, URL parsing, header maps
@@ -47,6 +47,8 @@ pub struct PurchaseClient {
     address: String,
     host: HeaderValue,
     path: Uri,
+    /// The sale's status route.
+    status_path: Uri,
     /// The body asking for `i + 1` units.
     bodies: Vec<Bytes>,
     idle: Mutex<Vec<(SendRequest<Full<Bytes>>, Instant)>>,
@@ -83,6 +85,11 @@ impl PurchaseClient {
             host: HeaderValue::from_str(authority.as_str())?,
             path: format!(
                 "{}/v1/sales/{sale}/orders",
+                base.path().trim_end_matches('/')
+            )
+            .parse()?,
+            status_path: format!(
+                "{}/v1/sales/{sale}/status",
                 base.path().trim_end_matches('/')
             )
             .parse()?,
@@ -149,6 +156,35 @@ impl PurchaseClient {
         })
     }
 
+    /// Reads the sale's status as a page would (no identity); its HTTP
+    /// status.
+    pub async fn status(&self) -> Result<u16, NoAnswer> {
+        let exchange = async {
+            let mut sender = self.connection().await?;
+            let request = Request::builder()
+                .method(Method::GET)
+                .uri(self.status_path.clone())
+                .header(HOST, self.host.clone())
+                .body(Full::new(Bytes::new()))
+                .map_err(|_| NoAnswer::Connect)?;
+            let response = sender
+                .send_request(request)
+                .await
+                .map_err(|_| NoAnswer::Connect)?;
+            let status = response.status().as_u16();
+            response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|_| NoAnswer::Connect)?;
+            self.give_back(sender);
+            Ok(status)
+        };
+        tokio::time::timeout(self.timeout, exchange)
+            .await
+            .map_err(|_| NoAnswer::Timeout)?
+    }
+
     /// An idle connection, or a new one.
     async fn connection(&self) -> Result<SendRequest<Full<Bytes>>, NoAnswer> {
         loop {
@@ -194,6 +230,7 @@ mod tests {
         assert_eq!(client.address, "127.0.0.1:18080");
         assert_eq!(client.host, "127.0.0.1:18080");
         assert_eq!(client.path, "/v1/sales/basic/orders");
+        assert_eq!(client.status_path, "/v1/sales/basic/status");
         assert_eq!(client.bodies[2], Bytes::from_static(b"{\"quantity\":3}"));
         let no_port = PurchaseClient::new("http://api.shop/", "x", 1).unwrap();
         assert_eq!(no_port.address, "api.shop:80");

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgExecutor};
 use uuid::Uuid;
 
+use crate::domain::admission::{Admission, ChallengeRule};
 pub use crate::domain::sale::RedisLife;
 use crate::domain::sale::{SaleConfig, SaleRef};
 
@@ -23,13 +24,17 @@ struct SaleRow {
     generation: i64,
     payment_timeout_ms: i64,
     purchase_token_ttl_ms: Option<i64>,
+    admission_prequeue_ms: Option<i64>,
+    admission_rate: Option<i32>,
+    challenge_difficulty: Option<i16>,
+    challenge_max_difficulty: Option<i16>,
     incarnation: Option<Uuid>,
     opened_at: Option<DateTime<Utc>>,
     redis_lost_at: Option<DateTime<Utc>>,
     drained_at: Option<DateTime<Utc>>,
 }
 
-const SALE_COLUMNS: &str = "id, namespace, name, sku, stock, start_at, end_at, purchase_limit, shards, generation, payment_timeout_ms, purchase_token_ttl_ms, incarnation, opened_at, redis_lost_at, drained_at";
+const SALE_COLUMNS: &str = "id, namespace, name, sku, stock, start_at, end_at, purchase_limit, shards, generation, payment_timeout_ms, purchase_token_ttl_ms, admission_prequeue_ms, admission_rate, challenge_difficulty, challenge_max_difficulty, incarnation, opened_at, redis_lost_at, drained_at";
 
 /// A sale's row as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +61,7 @@ impl SaleRow {
     /// Rows come from the operator, which validated names; a row that no
     /// longer parses is skipped with a warning rather than failing a listing.
     fn into_config(self) -> Option<SaleConfig> {
+        let admission = self.admission();
         let sale = match SaleRef::new(&self.namespace, &self.name) {
             Ok(sale) => sale,
             Err(e) => {
@@ -79,6 +85,25 @@ impl SaleRow {
             purchase_token_ttl: self
                 .purchase_token_ttl_ms
                 .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+            admission,
+        })
+    }
+
+    /// A queue when its columns are set (all or none: the table checks it).
+    fn admission(&self) -> Option<Admission> {
+        let byte = |v: i16| u8::try_from(v).unwrap_or(u8::MAX);
+        Some(Admission {
+            prequeue: Duration::from_millis(
+                u64::try_from(self.admission_prequeue_ms?).unwrap_or(0),
+            ),
+            rate_per_sec: u32::try_from(self.admission_rate?).unwrap_or(1),
+            challenge: match (self.challenge_difficulty, self.challenge_max_difficulty) {
+                (Some(difficulty), Some(max)) => Some(ChallengeRule {
+                    difficulty: byte(difficulty),
+                    max_difficulty: byte(max),
+                }),
+                _ => None,
+            },
         })
     }
 }
@@ -316,9 +341,12 @@ pub async fn incarnation<'e>(db: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<
 /// stock only changes when it stays at or above the units sold; the generation
 /// is bumped when it changes. Returns the row as stored.
 pub async fn upsert<'e>(db: impl PgExecutor<'e>, config: &SaleConfig) -> sqlx::Result<SaleConfig> {
+    let admission = config.admission.as_ref();
+    let challenge = admission.and_then(|a| a.challenge.as_ref());
     let row: SaleRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO sales (id, namespace, name, sku, stock, start_at, end_at, purchase_limit, shards, payment_timeout_ms, purchase_token_ttl_ms)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+        "INSERT INTO sales (id, namespace, name, sku, stock, start_at, end_at, purchase_limit, shards, payment_timeout_ms, purchase_token_ttl_ms,
+                            admission_prequeue_ms, admission_rate, challenge_difficulty, challenge_max_difficulty)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
          ON CONFLICT (id) DO UPDATE SET
            stock = CASE WHEN EXCLUDED.stock >= sales.sold THEN EXCLUDED.stock ELSE sales.stock END,
            generation = sales.generation
@@ -328,6 +356,10 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, config: &SaleConfig) -> sqlx::R
            purchase_limit = GREATEST(sales.purchase_limit, EXCLUDED.purchase_limit),
            payment_timeout_ms = EXCLUDED.payment_timeout_ms,
            purchase_token_ttl_ms = EXCLUDED.purchase_token_ttl_ms,
+           admission_prequeue_ms = EXCLUDED.admission_prequeue_ms,
+           admission_rate = EXCLUDED.admission_rate,
+           challenge_difficulty = EXCLUDED.challenge_difficulty,
+           challenge_max_difficulty = EXCLUDED.challenge_max_difficulty,
            updated_at = now()
          RETURNING {SALE_COLUMNS}"
     )))
@@ -346,6 +378,12 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, config: &SaleConfig) -> sqlx::R
             .purchase_token_ttl
             .map(|ttl| i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)),
     )
+    .bind(
+        admission.map(|a| i64::try_from(a.prequeue.as_millis()).unwrap_or(i64::MAX)),
+    )
+    .bind(admission.map(|a| i32::try_from(a.rate_per_sec).unwrap_or(i32::MAX)))
+    .bind(challenge.map(|c| i16::from(c.difficulty)))
+    .bind(challenge.map(|c| i16::from(c.max_difficulty)))
     .fetch_one(db)
     .await?;
     Ok(row

@@ -5,7 +5,8 @@
 //! Redis Cluster slot and run as one atomic script on one node. Different
 //! shards of one sale spread over the cluster's nodes: no hot key.
 //! No sale key has a TTL; the cleanup job deletes them after the sale. The
-//! one exception, used purchase tokens, expire with their token.
+//! exceptions, used purchase tokens and answered challenges, expire with
+//! their token or challenge. A sale's admission queue has a slot of its own.
 
 use crate::domain::sale::SaleRef;
 
@@ -77,6 +78,32 @@ impl ShardKeys {
             &self.in_transit,
             &self.withdrawals,
         ]
+    }
+}
+
+/// The keys of a sale's admission queue: the line is one sorted set, in
+/// one slot of its own (`{<namespace>/<name>:queue}`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueKeys {
+    /// Shoppers by score.
+    pub line: String,
+    base: String,
+}
+
+impl QueueKeys {
+    /// The queue keys of `sale`.
+    pub fn new(sale: &SaleRef) -> Self {
+        let base = format!("fs:{{{}/{}:queue}}", sale.namespace, sale.name);
+        Self {
+            line: format!("{base}:line"),
+            base,
+        }
+    }
+
+    /// The key remembering that the challenge `nonce` was answered (it
+    /// expires with the challenge).
+    pub fn spent_challenge(&self, nonce: &uuid::Uuid) -> String {
+        format!("{}:pow:{}", self.base, nonce.simple())
     }
 }
 

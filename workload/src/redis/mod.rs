@@ -3,6 +3,7 @@
 //! Lua scripts ([`scripts`]).
 
 pub mod keys;
+pub mod queue;
 pub mod scripts;
 pub mod sentinel;
 pub mod store;

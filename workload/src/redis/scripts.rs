@@ -36,6 +36,8 @@ pub struct Scripts {
     pub pause: Script,
     /// `lua/confirm.lua`: the broker acknowledged reservations' messages.
     pub confirm: Script,
+    /// `lua/queue.lua`: a shopper's place in a sale's admission queue.
+    pub queue: Script,
 }
 
 /// The process-wide scripts.
@@ -54,4 +56,5 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     meta: Script::new(include_str!("../../../lua/meta.lua")),
     pause: Script::new(include_str!("../../../lua/pause.lua")),
     confirm: Script::new(include_str!("../../../lua/confirm.lua")),
+    queue: Script::new(include_str!("../../../lua/queue.lua")),
 });

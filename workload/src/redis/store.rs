@@ -998,8 +998,9 @@ impl SaleStore {
         Ok(pending)
     }
 
-    /// Deletes every key of every shard, metadata last: while any shard still
-    /// has its metadata, the deletion is unfinished. Idempotent.
+    /// Deletes every key of every shard, metadata last (while any shard still
+    /// has its metadata, the deletion is unfinished), then the admission
+    /// queue. Idempotent.
     pub async fn delete(&self, sale: &SaleRef, shards: u32) -> Result<(), StoreError> {
         try_join_all((0..shards).map(|shard| async move {
             let keys = ShardKeys::new(sale, shard);
@@ -1017,7 +1018,7 @@ impl SaleStore {
             Ok::<_, StoreError>(())
         }))
         .await?;
-        Ok(())
+        self.delete_queue(sale).await
     }
 
     /// How many shards still have their metadata (0: never warmed or cleaned up).

@@ -18,6 +18,7 @@ use flashsale_workload::bus::admin::Admin;
 use flashsale_workload::bus::message::OrderMessage;
 use flashsale_workload::bus::producer::ProducerSettings;
 use flashsale_workload::bus::topics;
+use flashsale_workload::domain::admission::Admission;
 use flashsale_workload::domain::budget::PurchaseBudget;
 use flashsale_workload::domain::sale::{SaleConfig, SaleRef};
 use flashsale_workload::orders;
@@ -112,6 +113,7 @@ pub struct SaleSpec {
     pub partitions: i32,
     pub payment_timeout: Duration,
     pub purchase_token_ttl: Option<Duration>,
+    pub admission: Option<Admission>,
 }
 
 impl SaleSpec {
@@ -127,6 +129,7 @@ impl SaleSpec {
             partitions: 4,
             payment_timeout: Duration::from_secs(900),
             purchase_token_ttl: None,
+            admission: None,
         }
     }
 }
@@ -146,6 +149,7 @@ pub async fn create_sale(db: &PgPool, spec: &SaleSpec) -> SaleConfig {
         generation: 1,
         payment_timeout: spec.payment_timeout,
         purchase_token_ttl: spec.purchase_token_ttl,
+        admission: spec.admission,
     };
     let config = orders::sales::upsert(db, &config).await.unwrap();
     let bootstrap = stack::kafka_bootstrap();
