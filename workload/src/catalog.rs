@@ -103,6 +103,16 @@ impl Catalog {
         self.sold_out_flags().get(&view.config.id) == Some(&view.config.generation)
     }
 
+    /// Units left in `view`'s sale as this API knows it: none once a
+    /// purchase found every shard empty, before the next refresh says so.
+    pub fn remaining(&self, view: &SaleView) -> i64 {
+        if self.is_sold_out(view) {
+            0
+        } else {
+            view.remaining
+        }
+    }
+
     /// Remembers that every shard of the sale was found empty.
     pub fn mark_sold_out(&self, view: &SaleView) {
         self.sold_out_flags()

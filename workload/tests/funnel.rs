@@ -168,14 +168,19 @@ async fn page_shows(
     panic!("the page's {id} never showed {what}; it shows {last:?}");
 }
 
-async fn order_attr(browser: &Browser, name: &str) -> Option<String> {
+/// The attribute `name` of the page's element `id`.
+async fn attr(browser: &Browser, id: &str, name: &str) -> Option<String> {
     browser
-        .by_test_id("order")
+        .by_test_id(id)
         .await
         .unwrap()
         .attr(name)
         .await
         .unwrap()
+}
+
+async fn order_attr(browser: &Browser, name: &str) -> Option<String> {
+    attr(browser, "order", name).await
 }
 
 /// The page counts down on the server's clock, enables the button at the
@@ -661,13 +666,16 @@ async fn first_admitted(live: &LiveSale, tickets: &[(String, String)]) -> (Strin
 }
 
 async fn queue_attr(browser: &Browser, name: &str) -> Option<String> {
-    browser
-        .by_test_id("queue")
-        .await
-        .unwrap()
-        .attr(name)
-        .await
-        .unwrap()
+    attr(browser, "queue", name).await
+}
+
+/// The position and ETA the page shows.
+async fn queue_place(browser: &Browser) -> (u64, u64) {
+    let number = |v: Option<String>| v.unwrap().parse::<u64>().unwrap();
+    (
+        number(queue_attr(browser, "data-position").await),
+        number(queue_attr(browser, "data-eta").await),
+    )
 }
 
 /// The page in a queued sale: joins behind thirty others, keeps its place
@@ -723,16 +731,7 @@ async fn the_page_keeps_its_place_across_a_reload_and_sees_the_queue_close() {
     let ticket = local_storage(&browser, &ticket_key)
         .await
         .expect("the ticket kept");
-    let eta_before: u64 = queue_attr(&browser, "data-eta")
-        .await
-        .unwrap()
-        .parse()
-        .unwrap();
-    let position_before: u64 = queue_attr(&browser, "data-position")
-        .await
-        .unwrap()
-        .parse()
-        .unwrap();
+    let (position_before, eta_before) = queue_place(&browser).await;
     assert!(position_before > 20, "behind the thirty: {position_before}");
 
     browser.client.refresh().await.unwrap();
@@ -741,16 +740,7 @@ async fn the_page_keeps_its_place_across_a_reload_and_sees_the_queue_close() {
     })
     .await;
     assert_eq!(local_storage(&browser, &ticket_key).await, Some(ticket));
-    let eta_after: u64 = queue_attr(&browser, "data-eta")
-        .await
-        .unwrap()
-        .parse()
-        .unwrap();
-    let position_after: u64 = queue_attr(&browser, "data-position")
-        .await
-        .unwrap()
-        .parse()
-        .unwrap();
+    let (position_after, eta_after) = queue_place(&browser).await;
     assert!(eta_after <= eta_before && position_after <= position_before);
     page_shows(&browser, "buy", "the join button disabled", |_, enabled| {
         !enabled

@@ -9,14 +9,14 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
 use super::AppState;
 use super::error::{ApiError, ErrorBody};
+use super::status::revalidated;
 use crate::domain::sale::SaleConfig;
-use crate::domain::status::none_match_hits;
 
 const TEMPLATE: &str = include_str!("../../web/sale.html");
 
@@ -167,26 +167,11 @@ pub async fn sale_page(
         "W/\"{}\"",
         hex::encode(&Sha256::digest(html.as_bytes())[..12])
     );
-    let hit = headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| none_match_hits(v, &tag));
-    let mut response = if hit {
-        StatusCode::NOT_MODIFIED.into_response()
-    } else {
-        ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response()
-    };
-    let headers = response.headers_mut();
     // Short: a changed window or SKU shows within seconds; the countdown
     // follows the status route anyway.
-    headers.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("public, max-age=5"),
-    );
-    if let Ok(value) = HeaderValue::from_str(&tag) {
-        headers.insert(header::ETAG, value);
-    }
-    Ok(response)
+    Ok(revalidated(&headers, &tag, "public, max-age=5", || {
+        ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response()
+    }))
 }
 
 /// The page's script and style, by content-hashed name, cacheable forever.

@@ -162,11 +162,7 @@ fn caller(
 /// Whether the sale is closed to its queue at `now_ms` (sold out or over),
 /// from the API's memory: no Redis call.
 fn closed(state: &AppState, view: &SaleView, now_ms: i64) -> bool {
-    let remaining = if state.catalog.is_sold_out(view) {
-        0
-    } else {
-        view.remaining
-    };
+    let remaining = state.catalog.remaining(view);
     let phase = status_of(&view.config, view.meta.as_ref(), remaining, now_ms).phase;
     matches!(phase, Phase::SoldOut | Phase::Ended)
 }

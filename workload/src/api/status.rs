@@ -78,26 +78,14 @@ pub async fn get_status(
         .get(&name)
         .ok_or_else(|| ApiError::sale_not_found(&name))?;
     let now = Utc::now();
-    // A purchase that found every shard empty knows before the next refresh.
-    let remaining = if state.catalog.is_sold_out(&view) {
-        0
-    } else {
-        view.remaining
-    };
     let status = status_of(
         &view.config,
         view.meta.as_ref(),
-        remaining,
+        state.catalog.remaining(&view),
         now.timestamp_millis(),
     );
     let tag = etag(&view.config, status);
-    let hit = headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| none_match_hits(v, &tag));
-    let mut response = if hit {
-        StatusCode::NOT_MODIFIED.into_response()
-    } else {
+    Ok(revalidated(&headers, &tag, "public, max-age=1", || {
         Json(SaleStatusBody {
             sale: view.config.sale.name.clone(),
             state: status.phase,
@@ -107,14 +95,33 @@ pub async fn get_status(
             stock: status.stock,
         })
         .into_response()
+    }))
+}
+
+/// `body()` with `Cache-Control: cache_control` and the ETag `tag`, or an
+/// empty 304 with both when `If-None-Match` names the tag.
+pub(super) fn revalidated(
+    headers: &HeaderMap,
+    tag: &str,
+    cache_control: &'static str,
+    body: impl FnOnce() -> Response,
+) -> Response {
+    let hit = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| none_match_hits(v, tag));
+    let mut response = if hit {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        body()
     };
     let headers = response.headers_mut();
     headers.insert(
         header::CACHE_CONTROL,
-        HeaderValue::from_static("public, max-age=1"),
+        HeaderValue::from_static(cache_control),
     );
-    if let Ok(value) = HeaderValue::from_str(&tag) {
+    if let Ok(value) = HeaderValue::from_str(tag) {
         headers.insert(header::ETAG, value);
     }
-    Ok(response)
+    response
 }

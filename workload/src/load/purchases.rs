@@ -115,37 +115,19 @@ impl PurchaseClient {
         idempotency_key: Option<&HeaderValue>,
     ) -> Result<Answer, NoAnswer> {
         let body = self.bodies[(quantity.max(1) as usize - 1).min(self.bodies.len() - 1)].clone();
-        let exchange = async {
-            let mut sender = self.connection().await?;
-            let mut request = Request::builder()
-                .method(Method::POST)
-                .uri(self.path.clone())
-                .header(HOST, self.host.clone())
-                .header(identity.0, identity.1)
-                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            if let Some(key) = idempotency_key {
-                request = request.header(IDEMPOTENCY_KEY, key.clone());
-            }
-            let request = request
-                .body(Full::new(body))
-                .map_err(|_| NoAnswer::Connect)?;
-            let response = sender
-                .send_request(request)
-                .await
-                .map_err(|_| NoAnswer::Connect)?;
-            let status = response.status().as_u16();
-            let bytes = response
-                .into_body()
-                .collect()
-                .await
-                .map_err(|_| NoAnswer::Connect)?
-                .to_bytes();
-            self.give_back(sender);
-            Ok((status, bytes))
-        };
-        let (status, bytes) = tokio::time::timeout(self.timeout, exchange)
-            .await
-            .map_err(|_| NoAnswer::Timeout)??;
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri(self.path.clone())
+            .header(HOST, self.host.clone())
+            .header(identity.0, identity.1)
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(key) = idempotency_key {
+            request = request.header(IDEMPOTENCY_KEY, key.clone());
+        }
+        let request = request
+            .body(Full::new(body))
+            .map_err(|_| NoAnswer::Connect)?;
+        let (status, bytes) = self.exchange(request).await?;
         let body: Option<Body<'_>> = serde_json::from_slice(&bytes).ok();
         Ok(Answer {
             status,
@@ -159,26 +141,33 @@ impl PurchaseClient {
     /// Reads the sale's status as a page would (no identity); its HTTP
     /// status.
     pub async fn status(&self) -> Result<u16, NoAnswer> {
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(self.status_path.clone())
+            .header(HOST, self.host.clone())
+            .body(Full::new(Bytes::new()))
+            .map_err(|_| NoAnswer::Connect)?;
+        Ok(self.exchange(request).await?.0)
+    }
+
+    /// Sends `request` on a pooled connection within the timeout; the
+    /// answer's status and body.
+    async fn exchange(&self, request: Request<Full<Bytes>>) -> Result<(u16, Bytes), NoAnswer> {
         let exchange = async {
             let mut sender = self.connection().await?;
-            let request = Request::builder()
-                .method(Method::GET)
-                .uri(self.status_path.clone())
-                .header(HOST, self.host.clone())
-                .body(Full::new(Bytes::new()))
-                .map_err(|_| NoAnswer::Connect)?;
             let response = sender
                 .send_request(request)
                 .await
                 .map_err(|_| NoAnswer::Connect)?;
             let status = response.status().as_u16();
-            response
+            let bytes = response
                 .into_body()
                 .collect()
                 .await
-                .map_err(|_| NoAnswer::Connect)?;
+                .map_err(|_| NoAnswer::Connect)?
+                .to_bytes();
             self.give_back(sender);
-            Ok(status)
+            Ok((status, bytes))
         };
         tokio::time::timeout(self.timeout, exchange)
             .await
