@@ -103,9 +103,6 @@ impl FromRequestParts<AppState> for ClientIp {
 pub fn router(state: AppState, limits: &transport::TransportLimits) -> Router {
     let cut_when_late = Router::new()
         .route("/v1/sales/{sale}", get(sales::get_sale))
-        .route("/v1/sales/{sale}/status", get(status::get_status))
-        .route("/s/{sale}", get(page::sale_page))
-        .route("/s/assets/{file}", get(page::asset))
         .route("/v1/sales/{sale}/token", get(tokens::issue))
         .route("/v1/sales/{sale}/queue", post(queue::join))
         .route("/v1/sales/{sale}/queue/{ticket}", get(queue::place))
@@ -119,6 +116,10 @@ pub fn router(state: AppState, limits: &transport::TransportLimits) -> Router {
         // A purchase is never cut in the middle: its answer must be the
         // truth, and each of its steps has its own timeout (Redis, Kafka).
         .route("/v1/sales/{sale}/orders", post(orders::purchase))
+        // Answered from memory, never waiting: no timer per request.
+        .route("/v1/sales/{sale}/status", get(status::get_status))
+        .route("/s/{sale}", get(page::sale_page))
+        .route("/s/assets/{file}", get(page::asset))
         .merge(transport::request_timeout(cut_when_late, limits))
         .fallback(|| async { ApiError::not_found("no such path") })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
