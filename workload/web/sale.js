@@ -133,13 +133,14 @@
   const refusals = {
     SOLD_OUT: 'Sold out.',
     LIMIT_EXCEEDED: 'You already hold as many as one shopper may.',
-    NOT_STARTED: 'Not started yet.',
     ENDED: 'The sale has ended.',
     PAUSED: 'Paused by the shop; try again shortly.',
     UNAUTHENTICATED: 'Sign in first.',
     TOKEN_INVALID: 'Your purchase token was refused; try again.',
   };
-  const retryable = new Set(['BUSY', 'UNAVAILABLE', 'RATE_LIMITED', 'OUTCOME_UNKNOWN', 'NOT_WARMED']);
+  // NOT_STARTED too: the button opens on the page's estimate of the
+  // server's clock, which may run up to a fraction of a second ahead.
+  const retryable = new Set(['BUSY', 'UNAVAILABLE', 'RATE_LIMITED', 'OUTCOME_UNKNOWN', 'NOT_WARMED', 'NOT_STARTED']);
 
   async function purchaseToken() {
     if (queued) {

@@ -3,6 +3,7 @@
 //! the demo's screenshots. Each browser has its own chromedriver on a port
 //! of its own, killed with it.
 
+use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 use fantoccini::wd::Capabilities;
@@ -19,7 +20,17 @@ const CHROMIUM: &str = "/usr/bin/chromium";
 pub struct Browser {
     /// The WebDriver session.
     pub client: Client,
-    _driver: Proc,
+    driver: Proc,
+}
+
+impl Drop for Browser {
+    /// SIGKILL to chromedriver's whole group (the browser processes too);
+    /// `Proc` then reaps chromedriver.
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.driver.pid())])
+            .status();
+    }
 }
 
 impl Browser {
@@ -35,7 +46,9 @@ impl Browser {
         }
         let port = free_port()?;
         let mut command = std::process::Command::new(CHROMEDRIVER);
-        command.arg(format!("--port={port}"));
+        // Its own process group: the browsers it starts go with it, even
+        // when a test panics before `close`.
+        command.arg(format!("--port={port}")).process_group(0);
         let log = crate::run_dir().join("logs").join("chromedriver.log");
         let driver = Proc::start(&log, command).map_err(|e| format!("chromedriver: {e}"))?;
         let url = format!("http://127.0.0.1:{port}");
@@ -57,10 +70,7 @@ impl Browser {
                 .await
             {
                 Ok(client) => {
-                    return Ok(Self {
-                        client,
-                        _driver: driver,
-                    });
+                    return Ok(Self { client, driver });
                 }
                 Err(e) => last = e.to_string(),
             }
@@ -100,7 +110,7 @@ impl Browser {
 
     /// Ends the session (the browser exits; chromedriver is killed on drop).
     pub async fn close(self) {
-        let _ = self.client.close().await;
+        let _ = self.client.clone().close().await;
     }
 }
 

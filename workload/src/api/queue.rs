@@ -52,9 +52,17 @@ impl JoinMeter {
         meter.1 += 1;
     }
 
-    /// Joins per second over the last full window.
+    /// Joins per second over the last full window, or over the current
+    /// one once it is a second old: a burst's rate decays when the joins
+    /// stop, rather than holding the difficulty up until the next join.
     fn per_sec(&self) -> f64 {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).2
+        let meter = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let elapsed = meter.0.elapsed().as_secs_f64();
+        if elapsed >= 1.0 {
+            meter.1 as f64 / elapsed
+        } else {
+            meter.2
+        }
     }
 }
 
