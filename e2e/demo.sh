@@ -92,6 +92,11 @@ jwt=$(mktemp)
 payments=$(mktemp)
 kubectl get secret "$RELEASE-jwt" -n "$NS" -o jsonpath='{.data.hs256-secret}' | base64 -d >"$jwt"
 kubectl get secret "$RELEASE-payments" -n "$NS" -o jsonpath='{.data.callback-secret}' | base64 -d >"$payments"
+# One shopper on the page, in a real (headless) browser: the button, the
+# order followed to UNPAID, the pay step.
+target/release/flashsale-page-shopper "http://$api/s/$SALE" "$jwt" page-shopper "$RESULTS/page-unpaid.png" 2>/dev/null &&
+  say "the sale page, a purchase followed to UNPAID: $RESULTS/page-unpaid.png" ||
+  say "no purchase on the page: is chromium-driver installed? (make test installs it)"
 say "half the buyers pay: the load generator starts each payment and, as the payment provider, confirms it with a signed callback"
 say "kubectl get pods -A: the operator, the API and the sale's consumers run on the node"
 kubectl get pods -A -o wide | sed 's/^/    /'

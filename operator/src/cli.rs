@@ -183,6 +183,7 @@ pub fn status_report(fs: &FlashSale, events: &[EventLine], now: DateTime<Utc>) -
     let mut out = String::new();
     heading_lines(&mut out, fs, &status, now);
     stock_and_consumer_lines(&mut out, &status);
+    queue_line(&mut out, &status);
     reconciliation_line(&mut out, &status, now);
     condition_lines(&mut out, &status);
     event_lines(&mut out, events, now);
@@ -254,6 +255,30 @@ fn stock_and_consumer_lines(out: &mut String, status: &FlashSaleStatus) {
             }
         );
     }
+}
+
+fn queue_line(out: &mut String, status: &FlashSaleStatus) {
+    let Some(q) = &status.queue else {
+        return;
+    };
+    let line = if q.closed {
+        paint(BAD, "closed (sold out or over), nobody waits")
+    } else {
+        format!(
+            "{} waiting, wait p50 {} s, p95 {} s",
+            q.waiting, q.wait_p50_seconds, q.wait_p95_seconds
+        )
+    };
+    let _ = writeln!(
+        out,
+        "{}  {} joined, {} admitted at {}/s; {}; {} challenge answers refused",
+        paint(BOLD, "Queue"),
+        q.length,
+        q.admitted,
+        q.rate_per_second,
+        line,
+        q.challenge_failures
+    );
 }
 
 fn reconciliation_line(out: &mut String, status: &FlashSaleStatus, now: DateTime<Utc>) {
@@ -518,6 +543,42 @@ mod tests {
             }
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_queued_sale_s_status_shows_its_line() {
+        let mut fs = sale();
+        let mut queue = crate::model::crd::QueueStatus {
+            length: 5_000,
+            admitted: 1_200,
+            waiting: 3_800,
+            rate_per_second: 300,
+            wait_p50_seconds: 7,
+            wait_p95_seconds: 13,
+            closed: false,
+            challenge_failures: 42,
+        };
+        fs.status = Some(FlashSaleStatus {
+            queue: Some(queue.clone()),
+            ..Default::default()
+        });
+        let text = plain(&status_report(&fs, &[], at(12, 5)));
+        assert!(
+            text.contains("Queue  5000 joined, 1200 admitted at 300/s; 3800 waiting, wait p50 7 s, p95 13 s; 42 challenge answers refused"),
+            "{text}"
+        );
+        queue.closed = true;
+        fs.status = Some(FlashSaleStatus {
+            queue: Some(queue),
+            ..Default::default()
+        });
+        let text = plain(&status_report(&fs, &[], at(12, 5)));
+        assert!(
+            text.contains("closed (sold out or over), nobody waits"),
+            "{text}"
+        );
+        fs.status = None;
+        assert!(!plain(&status_report(&fs, &[], at(12, 5))).contains("Queue"));
     }
 
     #[test]

@@ -45,4 +45,7 @@ pub struct Context {
     /// Whether this replica may act: set while it holds the Lease, cleared
     /// before the Lease could expire unrenewed (`crate::cluster::fence`).
     pub leading: Arc<std::sync::atomic::AtomicBool>,
+    /// Purchases a second the API tier accepts (`--api-capacity`): a queue
+    /// whose spec names no rate admits four fifths of it.
+    pub api_capacity: u32,
 }

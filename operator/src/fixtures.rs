@@ -61,6 +61,7 @@ fn context(leading: bool) -> (Arc<Context>, ApiHandle) {
         failures: Mutex::new(HashMap::new()),
         status_writes: Mutex::new(HashMap::new()),
         leading: Arc::new(AtomicBool::new(leading)),
+        api_capacity: crate::decide::queue::DEFAULT_API_CAPACITY,
     };
     (Arc::new(ctx), handle)
 }

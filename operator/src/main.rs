@@ -83,6 +83,11 @@ struct Args {
     /// reservations alone.
     #[arg(long, env = "FLASHSALE_PURCHASE_BUDGET", default_value = "5s")]
     purchase_budget: PurchaseBudget,
+    /// Purchases a second the API tier accepts (chart: replicas ×
+    /// `api.purchasesPerSecondPerReplica`): a queued sale whose spec names
+    /// no `ratePerSecond` admits four fifths of it.
+    #[arg(long, env = "FLASHSALE_API_CAPACITY", default_value_t = flashsale_operator::decide::queue::DEFAULT_API_CAPACITY)]
+    api_capacity: u32,
     /// A private CA (PEM) that signed Redis's, PostgreSQL's or Kafka's
     /// certificate: every sale pod trusts it (the operator itself trusts
     /// it through `SSL_CERT_FILE`, as any pod does).
@@ -257,6 +262,7 @@ async fn connect(
         failures: Mutex::new(HashMap::new()),
         status_writes: Mutex::new(HashMap::new()),
         leading: Arc::new(AtomicBool::new(false)),
+        api_capacity: args.api_capacity,
     }))
 }
 

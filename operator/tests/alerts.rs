@@ -180,6 +180,16 @@ async fn kafka_down_fires_the_degraded_alert_and_every_panel_has_data() {
     // A periodic reconciliation Job soon: the drift panel has a value.
     manifest["spec"]["reconcile"] = serde_json::json!({"interval": "15s"});
     common::create_live(&sales, manifest).await;
+    // A queued sale beside it, for the queue's panels.
+    let mut queued = common::manifest("queued", &ns, 2, 900);
+    queued["spec"]["warmup"] = serde_json::json!({"leadTime": "1s"});
+    queued["spec"]["admission"] = serde_json::json!({
+        "mode": "queue",
+        "prequeue": "10m",
+        "ratePerSecond": 1,
+        "challenge": {"kind": "proofOfWork", "difficulty": 1},
+    });
+    common::create_live(&sales, queued).await;
     let api = common::ApiProcess::start(&ns, &db_url).await;
     let _targets = Targets::register(&ns, &[&operator_at, &api.internal]);
     for shopper in 0..20 {
@@ -187,6 +197,14 @@ async fn kafka_down_fires_the_degraded_alert_and_every_panel_has_data() {
     }
     let _ = api.buy("watched", "s0").await;
     let _ = api.buy("watched", "s0").await; // LIMIT_EXCEEDED: a refusal too
+    for shopper in ["q0", "q1", "q2"] {
+        assert_eq!(api.join_queue("queued", shopper, true).await.0, 202);
+    }
+    let (status, refused) = api.join_queue("queued", "q3", false).await;
+    assert_eq!(
+        (status, refused["code"].as_str()),
+        (403, Some("CHALLENGE_FAILED"))
+    );
 
     // The sale is in Prometheus, its orders persisted by the cluster's
     // consumers (scraped on the node through the bridge).
@@ -212,7 +230,7 @@ async fn kafka_down_fires_the_degraded_alert_and_every_panel_has_data() {
         || async { (prometheus.query(&drift).await.len() == 1).then_some(()) },
     )
     .await;
-    let mut pending = dashboard_queries(&ns, "watched");
+    let mut pending = dashboard_queries(&ns, "watched|queued");
     let queries = pending.len();
     // Rates need two samples in their window.
     tokio::time::sleep(2 * INTERVAL).await;

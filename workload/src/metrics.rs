@@ -15,7 +15,7 @@ pub struct RequestLabels {
     /// The route pattern, e.g. `/v1/sales/{sale}/orders`.
     pub route: String,
     /// The HTTP method.
-    pub method: String,
+    pub method: &'static str,
     /// The HTTP status code.
     pub status: u16,
 }
@@ -123,9 +123,25 @@ pub struct QueueMetrics {
     pub admission_rate: Family<SaleLabels, Gauge>,
     /// The wait promised to each shopper joining after the start, until
     /// admission (the lottery's places are known only at the start).
-    pub promised_wait_seconds: Histogram,
-    /// Challenge answers refused, by reason.
-    pub challenge_failures: Family<ReasonLabels, Counter>,
+    pub promised_wait_seconds: Family<SaleLabels, Histogram, fn() -> Histogram>,
+    /// Challenge answers refused, by sale and reason.
+    pub challenge_failures: Family<ChallengeLabels, Counter>,
+}
+
+/// Labels of a refused challenge answer.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ChallengeLabels {
+    /// The FlashSale's namespace.
+    pub namespace: String,
+    /// The FlashSale's name.
+    pub sale: String,
+    /// Why: missing, forged, expired, another shopper's, reused...
+    pub reason: &'static str,
+}
+
+/// Buckets of a promised wait: 0.5 s to ~4.5 h.
+fn wait_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.5, 2.0, 16))
 }
 
 impl QueueMetrics {
@@ -134,8 +150,7 @@ impl QueueMetrics {
             joins: Family::default(),
             length: Family::default(),
             admission_rate: Family::default(),
-            // 0.5 s .. ~4.5 h
-            promised_wait_seconds: Histogram::new(exponential_buckets(0.5, 2.0, 16)),
+            promised_wait_seconds: Family::new_with_constructor(wait_histogram),
             challenge_failures: Family::default(),
         };
         let queue = registry.sub_registry_with_prefix("queue");

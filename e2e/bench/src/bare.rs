@@ -26,8 +26,8 @@ pub struct Bare {
     pub requests_per_sec: f64,
     /// How the cores were shared ("API" is the bare handler).
     pub cpu: CpuShare,
-    /// Reads of a fixed status answered per second.
-    pub status_per_sec: f64,
+    /// Reads of a fixed status.
+    pub status: crate::funnel::Statuses,
 }
 
 impl Bare {
@@ -85,12 +85,14 @@ pub async fn run(secret: &[u8], duration: Duration) -> anyhow::Result<Bare> {
         &cpu::snapshot(Some(server.pid()), "exited children"),
         report.requests as usize,
     );
-    let status_per_sec = crate::funnel::statuses(&url, "bare", duration).await?;
+    let status =
+        crate::funnel::statuses(&url, "bare", server.pid(), crate::intake::CLIENTS, duration)
+            .await?;
     server.stop().await;
     Ok(Bare {
         requests_per_sec: report.requests_per_sec,
         cpu: share,
-        status_per_sec,
+        status,
     })
 }
 

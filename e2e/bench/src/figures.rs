@@ -75,15 +75,66 @@ pub fn cheap_answers(cheap: &CheapAnswers, bare: &Bare) -> Vec<Figure> {
     vec![
         row(
             "status answers/s (GET /v1/sales/{sale}/status, from memory)",
-            cheap.status_per_sec,
+            cheap.status.per_sec,
             "a bare axum handler of a fixed status",
-            bare.status_per_sec,
+            bare.status.per_sec,
         ),
         row(
             "sold-out purchases refused/s (409 SOLD_OUT, JWT shoppers)",
             cheap.sold_out_per_sec,
             "a bare axum handler answering every purchase 202",
             bare.requests_per_sec,
+        ),
+    ]
+}
+
+/// The queue of a million: its memory in Redis, its join rate, and
+/// admission's rate with the crowd behind it.
+pub fn queue(q: &crate::queue::QueueFigures, bare: &Bare) -> Vec<Figure> {
+    use crate::queue::{CROWD, JOIN_MARGIN, RATE};
+    let mb = q.redis_bytes as f64 / 1e6;
+    let a = &q.admitted;
+    let admitted_ratio = a.per_sec / f64::from(RATE);
+    let join_goal = JOIN_MARGIN * f64::from(RATE);
+    vec![
+        figure(
+            &format!("Redis memory of a queue of {CROWD} shoppers"),
+            format!(
+                "{mb:.0} MB ({} B per shopper)",
+                q.redis_bytes / CROWD.max(1)
+            ),
+            &format!(
+                "MEMORY USAGE of its key: {:.0} MB",
+                q.key_bytes as f64 / 1e6
+            ),
+            format!("{mb:.0} MB"),
+            "<= 200 MB",
+            mb <= 200.0,
+        ),
+        figure(
+            "queue joins/s through the API (JWT, Lua, signed ticket)",
+            format!("{:.0}/s (p99 {:.1} ms)", q.joined.per_sec, q.joined.p99_ms),
+            &format!(
+                "a bare axum handler answering every purchase 202: {:.0}/s",
+                bare.requests_per_sec
+            ),
+            format!(
+                "ratio {:.2}",
+                q.joined.per_sec / bare.requests_per_sec.max(1.0)
+            ),
+            &format!(">= {join_goal:.0}/s ({JOIN_MARGIN}x the admission rate)"),
+            q.joined.per_sec >= join_goal && q.joined.other.is_empty(),
+        ),
+        figure(
+            &format!("admitted/s with {CROWD} in line"),
+            format!(
+                "{:.0}/s, {} of {} due got a token; turn to token p99 {:.0} ms",
+                a.per_sec, a.admitted, a.due, a.late_p99_ms
+            ),
+            &format!("ratePerSecond: {RATE}/s"),
+            format!("ratio {admitted_ratio:.2}"),
+            "ratio >= 0.95, every due shopper admitted",
+            admitted_ratio >= 0.95 && a.admitted == a.due,
         ),
     ]
 }

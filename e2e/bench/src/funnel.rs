@@ -8,15 +8,32 @@ use std::time::{Duration, Instant};
 
 use flashsale_workload::load::purchases::PurchaseClient;
 
-use crate::intake::CLIENTS;
+use crate::cpu::{self, CpuShare};
 
-/// Reads of the sale's status, closed loop, `CLIENTS` at a time, for
-/// `duration`: answers per second. Anything but a 200 fails the run.
-pub async fn statuses(url: &str, sale: &str, duration: Duration) -> anyhow::Result<f64> {
+/// Reads of a status answered, and how the cores were shared meanwhile.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Statuses {
+    /// 200s per second.
+    pub per_sec: f64,
+    /// The cores, per status read (`server` is "API").
+    pub cpu: CpuShare,
+}
+
+/// Reads of the sale's status from the process `server`, closed loop,
+/// `clients` at a time, for `duration`. Anything but a 200 fails the run.
+pub async fn statuses(
+    url: &str,
+    sale: &str,
+    server: u32,
+    clients: usize,
+    duration: Duration,
+) -> anyhow::Result<Statuses> {
     let client = Arc::new(PurchaseClient::new(url, sale, 1)?);
+    let before = cpu::snapshot(Some(server), "exited children");
     let started = Instant::now();
     let deadline = started + duration;
-    let readers = (0..CLIENTS).map(|_| {
+    let readers = (0..clients).map(|_| {
         let client = client.clone();
         tokio::spawn(async move {
             let (mut answered, mut other) = (0u64, Vec::new());
@@ -40,16 +57,21 @@ pub async fn statuses(url: &str, sale: &str, duration: Duration) -> anyhow::Resu
         );
         answered += n;
     }
-    Ok(answered as f64 / started.elapsed().as_secs_f64())
+    let per_sec = answered as f64 / started.elapsed().as_secs_f64();
+    let after = cpu::snapshot(Some(server), "exited children");
+    Ok(Statuses {
+        per_sec,
+        cpu: cpu::share(&before, &after, answered as usize),
+    })
 }
 
 /// What the API answered per second: statuses of a live sale, and
 /// purchases of a sold-out one.
-#[derive(Debug, Clone, Copy, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CheapAnswers {
-    /// `GET /v1/sales/{sale}/status` answered 200 per second.
-    pub status_per_sec: f64,
+    /// `GET /v1/sales/{sale}/status` answered 200.
+    pub status: Statuses,
     /// Purchases answered 409 SOLD_OUT per second.
     pub sold_out_per_sec: f64,
 }

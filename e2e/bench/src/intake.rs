@@ -16,7 +16,7 @@ use sqlx::PgPool;
 
 use crate::cpu::{self, CpuShare};
 use crate::funnel::{self, CheapAnswers};
-use crate::procs::{self, Proc};
+use crate::procs;
 use crate::sale;
 
 /// What redis-benchmark measured.
@@ -35,8 +35,6 @@ pub struct RedisBaseline {
 pub struct Intake {
     /// The sale the storms bought from.
     pub config: SaleConfig,
-    /// The sale redis-benchmark bought from.
-    pub baseline_sale: SaleConfig,
     /// redis-benchmark's figures.
     pub baseline: RedisBaseline,
     /// The closed-loop storm at the maximum rate.
@@ -66,7 +64,6 @@ pub struct Intake {
 /// Clients, as in the redis-benchmark baseline.
 pub const CLIENTS: usize = 50;
 const API_PORT: u16 = 18180;
-const API_INTERNAL_PORT: u16 = 18190;
 /// The unmeasured storm before the measured ones.
 const WARM_UP: Duration = Duration::from_secs(5);
 
@@ -210,33 +207,16 @@ pub async fn run(
     let before = cpu::snapshot(None, "redis-benchmark");
     let baseline = redis_benchmark(&ShardKeys::new(&baseline_sale.sale, 0), 300_000)?;
     let baseline_cpu = cpu::share(&before, &cpu::snapshot(None, "redis-benchmark"), 300_000);
+    // Gone before the API starts: the baseline's 300,000 reservations have
+    // no order behind them, and the API's janitor would spend the rest of
+    // the run releasing them (1,500/s, on the API's core and Redis's).
+    sale::remove(db, store, &baseline_sale).await?;
 
     let secret_file = results.join("jwt-secret");
     let secret: Vec<u8> = format!("bench-{}", uuid::Uuid::now_v7()).into_bytes();
     std::fs::write(&secret_file, &secret)?;
-    let mut api = procs::pinned("1", procs::release_bin("flashsale"));
-    api.args([
-        "api",
-        "--namespace",
-        sale::NAMESPACE,
-        "--listen",
-        &format!("127.0.0.1:{API_PORT}"),
-        "--internal-listen",
-        &format!("127.0.0.1:{API_INTERNAL_PORT}"),
-    ])
-    .args(procs::NO_RATE_LIMITS)
-    .arg("--jwt-hs256-secret-file")
-    .arg(&secret_file)
-    .env("DATABASE_URL", stack::database_url());
-    let api = Proc::start(&procs::log("api"), api)?;
+    let api = procs::start_api("api", API_PORT, &secret_file, &[]).await?;
     let url = format!("http://127.0.0.1:{API_PORT}");
-    procs::wait_http(
-        &format!("http://127.0.0.1:{API_INTERNAL_PORT}/readyz"),
-        Duration::from_secs(30),
-    )
-    .await
-    .map_err(anyhow::Error::msg)?;
-    tokio::time::sleep(Duration::from_millis(1200)).await; // the catalog's first refresh
 
     // Unmeasured: connections, the JIT of Kafka's JVM and the allocators
     // settle before the clock starts. Its orders count in the invariants.
@@ -282,18 +262,16 @@ pub async fn run(
         .map(|r| r.outcomes.get("202").map_or(f64::NAN, |l| l.p99_ms))
         .collect();
     let half_rate = half_rates.swap_remove(0);
-    let cheap = cheap_answers(&url, &config, &sold_out_sale, &secret, cheap_for).await?;
+    let cheap = cheap_answers(&url, api.pid(), &config, &sold_out_sale, &secret, cheap_for).await?;
     let api_rss_peak_mib = api.rss_mib().1;
     // The API's own histograms (request, Redis, produce) say where a slow
     // purchase spent its time.
-    if let Ok(metrics) = reqwest::get(format!("http://127.0.0.1:{API_INTERNAL_PORT}/metrics")).await
-    {
+    if let Ok(metrics) = reqwest::get(format!("http://127.0.0.1:{}/metrics", API_PORT + 10)).await {
         std::fs::write(results.join("api-metrics.txt"), metrics.text().await?)?;
     }
     api.stop().await;
     Ok(Intake {
         config,
-        baseline_sale,
         baseline,
         max_rate,
         half_rate,
@@ -312,13 +290,14 @@ pub async fn run(
 /// for `duration`; every purchase must be refused SOLD_OUT.
 async fn cheap_answers(
     url: &str,
+    api: u32,
     live: &SaleConfig,
     sold_out: &SaleConfig,
     secret: &[u8],
     duration: Duration,
 ) -> anyhow::Result<CheapAnswers> {
     eprintln!("intake: the status of a live sale, {CLIENTS} readers at a time, {duration:?}");
-    let status_per_sec = funnel::statuses(url, &live.sale.name, duration).await?;
+    let status = funnel::statuses(url, &live.sale.name, api, CLIENTS, duration).await?;
     eprintln!("intake: purchases of a sold-out sale, {CLIENTS} shoppers at a time, {duration:?}");
     let (report, told) =
         load::storm(storm(url, &sold_out.sale.name, secret, None, duration)).await?;
@@ -329,7 +308,7 @@ async fn cheap_answers(
         report.outcomes.keys().collect::<Vec<_>>()
     );
     Ok(CheapAnswers {
-        status_per_sec,
+        status,
         sold_out_per_sec: report.requests_per_sec,
     })
 }

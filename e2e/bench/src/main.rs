@@ -14,6 +14,7 @@ mod machine;
 mod operator;
 mod persist;
 mod procs;
+mod queue;
 mod sale;
 mod svg;
 
@@ -50,9 +51,114 @@ struct Args {
     /// purchase path or persistence.
     #[arg(long)]
     skip_operator: bool,
+    /// Leave out the queue of a million shoppers (a minute or two).
+    #[arg(long)]
+    skip_queue: bool,
     /// Serve the bare handler (the benchmark runs itself so, pinned).
     #[arg(long = bare::FLAG, hide = true, value_name = "ADDRESS")]
     serve_bare_handler: Option<String>,
+}
+
+/// The figures as a table, with what may have made the run noisy, then
+/// how the cores were shared in each measurement.
+fn print_table(
+    machine: &machine::Machine,
+    figures: &[figures::Figure],
+    shares: &[(&str, &cpu::CpuShare)],
+) {
+    println!(
+        "\nFlashSale bench — {} — {} cores, {:.0} GiB — {}",
+        machine.cpu, machine.cores, machine.memory_gib, machine.pinning
+    );
+    if !machine.other_pods.is_empty() {
+        println!(
+            "NOT QUIET: {} other pods ran on the cluster during this run",
+            machine.other_pods.len()
+        );
+    }
+    let stolen = shares
+        .iter()
+        .flat_map(|(_, share)| share.stolen_per_core.iter().copied())
+        .fold(0.0, f64::max);
+    if stolen > 0.05 {
+        println!(
+            "NOT QUIET: the hypervisor took up to {:.0}% of a core during a measurement (steal); figures of such runs vary widely",
+            stolen * 100.0
+        );
+    }
+    println!(
+        "{:<62} {:<44} {:<52} {:<26} {:<14}",
+        "figure", "measured", "baseline (same run)", "result", "goal"
+    );
+    for f in figures {
+        println!(
+            "{:<62} {:<44} {:<52} {:<26} {:<14} {}",
+            f.figure,
+            f.measured,
+            f.baseline,
+            f.result,
+            f.goal,
+            if f.met { "met" } else { "MISSED" }
+        );
+    }
+    println!("\nhow the cores were shared (µs per purchase, request or message)");
+    for (what, share) in shares {
+        println!("  {:<19}{}", format!("{what}:"), cpu::render(share));
+    }
+}
+
+/// The intake's plots: throughput, latency, stalls.
+fn plot(results: &std::path::Path, intake: &intake::Intake) -> anyhow::Result<()> {
+    std::fs::write(
+        results.join("throughput.svg"),
+        svg::line_chart(
+            "Accepted purchases per second (closed loop, max rate)",
+            "seconds",
+            "accepted/s",
+            &[svg::Series {
+                name: "accepted/s",
+                points: &throughput_series(&intake.max_rate),
+                color: "#1f77b4",
+            }],
+            false,
+        ),
+    )?;
+    std::fs::write(
+        results.join("latency.svg"),
+        svg::line_chart(
+            "Accepted purchase latency, cumulative (open loop, half the max rate)",
+            "latency ms (log)",
+            "% of purchases",
+            &[svg::Series {
+                name: "accepted at 50% rate",
+                points: &latency_cdf(&intake.half_rate),
+                color: "#d62728",
+            }],
+            true,
+        ),
+    )?;
+    std::fs::write(
+        results.join("stalls.svg"),
+        svg::line_chart(
+            "Slowest accepted purchase started in each 250 ms",
+            "seconds into the storm",
+            "ms",
+            &[
+                svg::Series {
+                    name: "closed loop, max rate",
+                    points: &slowest_series(&intake.max_rate),
+                    color: "#1f77b4",
+                },
+                svg::Series {
+                    name: "open loop, half rate",
+                    points: &slowest_series(&intake.half_rate),
+                    color: "#d62728",
+                },
+            ],
+            false,
+        ),
+    )?;
+    Ok(())
 }
 
 /// The width of the plots' time buckets.
@@ -209,9 +315,19 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     let verdicts = invariants::evaluate(&evidence).verdicts;
-    for config in [&intake.config, &intake.baseline_sale, &intake.sold_out_sale] {
+    for config in [&intake.config, &intake.sold_out_sale] {
         sale::remove(&db, &store, config).await?;
     }
+
+    let queued = if args.skip_queue {
+        None
+    } else {
+        eprintln!(
+            "queue: {} shoppers join a queued sale through the API",
+            queue::CROWD
+        );
+        Some(queue::run(&db, &store, &results).await?)
+    };
 
     let ops = if args.skip_operator {
         None
@@ -221,59 +337,27 @@ async fn main() -> anyhow::Result<()> {
 
     let mut figures = figures::purchase_path(&intake, &bare, &plain);
     figures.extend(figures::cheap_answers(&intake.cheap, &bare));
+    if let Some(queued) = &queued {
+        figures.extend(figures::queue(queued, &bare));
+    }
     figures.push(figures::persistence(&persist));
     figures.push(figures::memory(intake.api_rss_peak_mib));
     if let Some(ops) = &ops {
         figures.extend(figures::operator(ops));
     }
 
-    println!(
-        "\nFlashSale bench — {} — {} cores, {:.0} GiB — {}",
-        machine.cpu, machine.cores, machine.memory_gib, machine.pinning
-    );
-    if !machine.other_pods.is_empty() {
-        println!(
-            "NOT QUIET: {} other pods ran on the cluster during this run",
-            machine.other_pods.len()
-        );
+    let mut shares = vec![
+        ("closed-loop storm", &intake.max_rate_cpu),
+        ("redis-benchmark", &intake.baseline_cpu),
+        ("bare handler", &bare.cpu),
+        ("plain producer", &plain.cpu),
+        ("status reads", &intake.cheap.status.cpu),
+        ("bare status", &bare.status.cpu),
+    ];
+    if let Some(queued) = &queued {
+        shares.push(("queue joins", &queued.join_cpu));
     }
-    let stolen = [
-        &intake.max_rate_cpu,
-        &intake.baseline_cpu,
-        &bare.cpu,
-        &plain.cpu,
-    ]
-    .iter()
-    .flat_map(|share| share.stolen_per_core.iter().copied())
-    .fold(0.0, f64::max);
-    if stolen > 0.05 {
-        println!(
-            "NOT QUIET: the hypervisor took up to {:.0}% of a core during a measurement (steal); figures of such runs vary widely",
-            stolen * 100.0
-        );
-    }
-    println!(
-        "{:<62} {:<44} {:<52} {:<26} {:<14}",
-        "figure", "measured", "baseline (same run)", "result", "goal"
-    );
-    for f in &figures {
-        println!(
-            "{:<62} {:<44} {:<52} {:<26} {:<14} {}",
-            f.figure,
-            f.measured,
-            f.baseline,
-            f.result,
-            f.goal,
-            if f.met { "met" } else { "MISSED" }
-        );
-    }
-    println!(
-        "\nhow the cores were shared (µs per purchase, request or message)\n  closed-loop storm: {}\n  redis-benchmark:   {}\n  bare handler:      {}\n  plain producer:    {}",
-        cpu::render(&intake.max_rate_cpu),
-        cpu::render(&intake.baseline_cpu),
-        cpu::render(&bare.cpu),
-        cpu::render(&plain.cpu)
-    );
+    print_table(&machine, &figures, &shares);
     println!("\ninvariants of this run:");
     for v in &verdicts {
         let mark = match v.holds {
@@ -284,55 +368,7 @@ async fn main() -> anyhow::Result<()> {
         println!("  {mark} {} {:<17} {}", v.id, v.name, v.detail);
     }
 
-    std::fs::write(
-        results.join("throughput.svg"),
-        svg::line_chart(
-            "Accepted purchases per second (closed loop, max rate)",
-            "seconds",
-            "accepted/s",
-            &[svg::Series {
-                name: "accepted/s",
-                points: &throughput_series(&intake.max_rate),
-                color: "#1f77b4",
-            }],
-            false,
-        ),
-    )?;
-    std::fs::write(
-        results.join("latency.svg"),
-        svg::line_chart(
-            "Accepted purchase latency, cumulative (open loop, half the max rate)",
-            "latency ms (log)",
-            "% of purchases",
-            &[svg::Series {
-                name: "accepted at 50% rate",
-                points: &latency_cdf(&intake.half_rate),
-                color: "#d62728",
-            }],
-            true,
-        ),
-    )?;
-    std::fs::write(
-        results.join("stalls.svg"),
-        svg::line_chart(
-            "Slowest accepted purchase started in each 250 ms",
-            "seconds into the storm",
-            "ms",
-            &[
-                svg::Series {
-                    name: "closed loop, max rate",
-                    points: &slowest_series(&intake.max_rate),
-                    color: "#1f77b4",
-                },
-                svg::Series {
-                    name: "open loop, half rate",
-                    points: &slowest_series(&intake.half_rate),
-                    color: "#d62728",
-                },
-            ],
-            false,
-        ),
-    )?;
+    plot(&results, &intake)?;
     let report = serde_json::json!({
         "machine": machine,
         "figures": figures,
@@ -343,6 +379,7 @@ async fn main() -> anyhow::Result<()> {
         "halfRateSlowest": slowest_series(&intake.half_rate),
         "bareHandler": bare,
         "cheapAnswers": intake.cheap,
+        "queue": queued,
         "plainProducer": plain,
         "cpuMaxRate": intake.max_rate_cpu,
         "cpuRedisBenchmark": intake.baseline_cpu,

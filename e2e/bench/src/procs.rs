@@ -24,6 +24,43 @@ pub fn log(name: &str) -> PathBuf {
     PathBuf::from(stack::var("FLASHSALE_LOGS")).join(format!("bench-{name}.log"))
 }
 
+/// Starts the release API pinned to core 1, serving the benchmark's
+/// namespace on `port` (its internal port `port + 10`) with every rate limit
+/// off, shoppers proven by HS256 tokens of `jwt_secret_file`, and `flags`;
+/// returns once it is ready and its catalog loaded.
+pub async fn start_api(
+    name: &str,
+    port: u16,
+    jwt_secret_file: &std::path::Path,
+    flags: &[&std::ffi::OsStr],
+) -> anyhow::Result<Proc> {
+    let mut api = pinned("1", release_bin("flashsale"));
+    api.args([
+        "api",
+        "--namespace",
+        crate::sale::NAMESPACE,
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--internal-listen",
+        &format!("127.0.0.1:{}", port + 10),
+    ])
+    .args(NO_RATE_LIMITS)
+    .arg("--jwt-hs256-secret-file")
+    .arg(jwt_secret_file)
+    .args(flags)
+    .env("DATABASE_URL", stack::database_url());
+    let api = Proc::start(&log(name), api)?;
+    wait_http(
+        &format!("http://127.0.0.1:{}/readyz", port + 10),
+        std::time::Duration::from_secs(30),
+    )
+    .await
+    .map_err(anyhow::Error::msg)?;
+    // The catalog's first refresh.
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    Ok(api)
+}
+
 /// A release binary of the workspace.
 pub fn release_bin(name: &str) -> PathBuf {
     stack::repo_dir().join("target/release").join(name)

@@ -26,7 +26,12 @@ pub async fn live(
     shards: u32,
     limit: i64,
 ) -> anyhow::Result<SaleConfig> {
-    let config = SaleConfig {
+    create(db, store, config(name, stock, shards, limit)?).await
+}
+
+/// A sale named `name` that started a minute ago and ends in two hours.
+pub fn config(name: &str, stock: i64, shards: u32, limit: i64) -> anyhow::Result<SaleConfig> {
+    Ok(SaleConfig {
         id: uuid::Uuid::now_v7(),
         sale: SaleRef::new(NAMESPACE, name)?,
         sku: "SKU-BENCH".into(),
@@ -39,7 +44,15 @@ pub async fn live(
         payment_timeout: Duration::from_secs(3600),
         purchase_token_ttl: None,
         admission: None,
-    };
+    })
+}
+
+/// Creates and warms the sale of `config`: its row, topics and Redis state.
+pub async fn create(
+    db: &PgPool,
+    store: &SaleStore,
+    config: SaleConfig,
+) -> anyhow::Result<SaleConfig> {
     let config = orders::sales::upsert(db, &config).await?;
     Admin::new(&stack::kafka_bootstrap())?
         .ensure_topics(

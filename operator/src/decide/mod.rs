@@ -1,8 +1,9 @@
-//! Pure decisions from the model and what was observed: the plan, scaling, conditions, throttle, owned objects.
+//! Pure decisions from the model and what was observed: the plan, scaling, conditions, throttle, owned objects, the queue's figures.
 
 pub mod conditions;
 pub mod deletion;
 pub mod plan;
+pub mod queue;
 pub mod resources;
 pub mod scaling;
 pub mod throttle;

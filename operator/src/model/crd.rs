@@ -248,7 +248,9 @@ pub struct Admission {
     #[serde(default = "default_prequeue", serialize_with = "duration_text")]
     #[x_kube(validation = Rule::new("duration(self) >= duration('0s') && duration(self) <= duration('24h')").message("admission.prequeue must be between 0s and 24h"))]
     pub prequeue: Duration,
-    /// Shoppers admitted per second (1..1000000); default 1000.
+    /// Shoppers admitted per second (1..1000000); default: four fifths of
+    /// the purchases a second the API tier accepts (the operator's
+    /// `--api-capacity`; 1000 when it is not set), fixed at the start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1_000_000))]
     pub rate_per_second: Option<i32>,
@@ -463,6 +465,9 @@ pub struct FlashSaleStatus {
     /// The consumer Deployment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumers: Option<ConsumersStatus>,
+    /// The admission queue (`spec.admission`), while Redis holds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueStatus>,
     /// The last reconciliation's findings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_reconciliation: Option<ReconciliationSummary>,
@@ -478,6 +483,29 @@ pub struct FlashSaleStatus {
     #[serde(default)]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// A queued sale's line. Admission keeps no state but its rate, so these
+/// follow from the line's length and the clock.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueStatus {
+    /// Shoppers who joined (admitted or not).
+    pub length: u64,
+    /// Of them, let through to buy so far.
+    pub admitted: u64,
+    /// Of them, still waiting for their turn (0 once closed).
+    pub waiting: u64,
+    /// Places admitted per second.
+    pub rate_per_second: u32,
+    /// The wait ahead of the median shopper still in line, seconds.
+    pub wait_p50_seconds: u64,
+    /// And of the 95th percentile.
+    pub wait_p95_seconds: u64,
+    /// Sold out or over: everyone waiting was told.
+    pub closed: bool,
+    /// Challenge answers refused.
+    pub challenge_failures: u64,
 }
 
 /// Units, by where they are.

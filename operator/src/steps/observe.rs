@@ -18,6 +18,7 @@ use kube::api::ListParams;
 
 use crate::context::Context;
 use crate::decide::plan::{JobPhase, Observed, RowFacts};
+use crate::decide::queue::derived_rate;
 use crate::decide::resources::{
     APPLIED_HASH, JOB_INDEX_LABEL, JOB_KIND_LABEL, SALE_LABEL, consumers_name,
 };
@@ -50,6 +51,10 @@ pub struct Observation {
     pub partitions: i32,
     /// The last reconciliation run.
     pub last_run: Option<RunSummary>,
+    /// A queued sale's line length and refused challenges, while Redis
+    /// holds the sale (`None` when it could not be read: only the status
+    /// shows it).
+    pub queue: Option<(u64, u64)>,
 }
 
 fn job_phase(job: &Job) -> JobPhase {
@@ -90,7 +95,7 @@ impl Context {
 pub async fn observe(ctx: &Context, fs: &FlashSale) -> Result<Observation, ObserveError> {
     let spec_config = sale_config(fs, i64::from(fs.spec.stock), 1)?;
     let stored = sales::find_by_id(&ctx.db, spec_config.id).await?;
-    let config = match &stored {
+    let mut config = match &stored {
         Some(stored) => SaleConfig {
             stock: i64::from(fs.spec.stock),
             generation: stored.config.generation,
@@ -98,6 +103,12 @@ pub async fn observe(ctx: &Context, fs: &FlashSale) -> Result<Observation, Obser
         },
         None => spec_config,
     };
+    if let (Some(rule), None) = (config.admission.as_mut(), fs.spec.admission.rate_per_second) {
+        let stored_rate = stored
+            .as_ref()
+            .and_then(|s| s.config.admission.map(|a| a.rate_per_sec));
+        rule.rate_per_sec = derived_rate(ctx.api_capacity, stored_rate, Utc::now() >= config.start);
+    }
     let life = stored.as_ref().map(|s| s.life).unwrap_or_default();
     let row = stored.as_ref().map(|s| row_facts(s, &config));
     let sale = &config.sale;
@@ -121,6 +132,10 @@ pub async fn observe(ctx: &Context, fs: &FlashSale) -> Result<Observation, Obser
     let seen = jobs_seen(&owned.items);
     let deployment = consumers(ctx, sale).await?;
     let last_run = latest_run(&ctx.db, config.id).await?;
+    let queue = match config.admission {
+        Some(_) if redis.warmed() => ctx.store.queue_facts(sale).await.ok(),
+        _ => None,
+    };
     Ok(Observation {
         observed: Observed {
             now,
@@ -141,6 +156,7 @@ pub async fn observe(ctx: &Context, fs: &FlashSale) -> Result<Observation, Obser
         deployment,
         partitions,
         last_run,
+        queue,
     })
 }
 

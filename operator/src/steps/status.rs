@@ -13,6 +13,7 @@ use kube::{Api, Resource, ResourceExt};
 use crate::context::{Context, MANAGER};
 use crate::decide::conditions::{Facts, Troubles, conditions, degradation, verdicts};
 use crate::decide::plan::{Action, JobKind, Plan, Refused};
+use crate::decide::queue::queue_status;
 use crate::decide::scaling::ScalingDecision;
 use crate::decide::throttle;
 use crate::error::Error;
@@ -132,6 +133,20 @@ fn decided_status(
         state: Some(decided.state),
         stock: Some(stock),
         consumers: Some(consumers_status(outcome, previous, now)),
+        queue: obs
+            .queue
+            .zip(obs.config.admission.as_ref())
+            .map(|((length, failures), rule)| {
+                let closed = !matches!(
+                    decided.state,
+                    SaleState::Scheduled
+                        | SaleState::Warming
+                        | SaleState::Warm
+                        | SaleState::Live
+                        | SaleState::Paused
+                );
+                queue_status(rule, obs.config.start, now, length, closed, failures)
+            }),
         periodic_reconciliations: decided
             .actions
             .iter()

@@ -370,6 +370,9 @@ impl ApiProcess {
     /// The same, for sales in the Redis at `redis`.
     pub async fn start_on(namespace: &str, database_url: &str, redis: &str) -> Self {
         let (port, internal) = (free_port(), format!("127.0.0.1:{}", free_port()));
+        // Queued sales' tickets and tokens are signed with it.
+        let tokens = std::env::temp_dir().join(format!("flashsale-test-tokens-{port}"));
+        std::fs::write(&tokens, uuid::Uuid::now_v7().to_string()).unwrap();
         let child = Command::new(bin("flashsale"))
             .args([
                 "api",
@@ -384,6 +387,8 @@ impl ApiProcess {
                 "--rate-limit-ip",
                 "0",
             ])
+            .arg("--purchase-token-secret-file")
+            .arg(&tokens)
             .env("FLASHSALE_REDIS", redis)
             .env("DATABASE_URL", database_url)
             .env("KAFKA_BOOTSTRAP", stack::kafka_bootstrap())
@@ -410,6 +415,48 @@ impl ApiProcess {
     /// Buys one unit as `shopper`: (status, code or order id).
     pub async fn buy(&self, sale: &str, shopper: &str) -> (u16, String) {
         self.buy_with_key(sale, shopper, None).await
+    }
+
+    /// Joins a queued sale as `shopper`, answering its challenge if `solve`:
+    /// the answer's status and body.
+    pub async fn join_queue(
+        &self,
+        sale: &str,
+        shopper: &str,
+        solve: bool,
+    ) -> (u16, serde_json::Value) {
+        use flashsale_workload::domain::admission::{leading_zero_bits, solution_hash};
+        let http = reqwest::Client::new();
+        let mut body = serde_json::json!({});
+        if solve {
+            let challenge: serde_json::Value = http
+                .get(format!("{}/v1/sales/{sale}/challenge", self.url))
+                .header("x-user-id", shopper)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let nonce = challenge["nonce"].as_str().unwrap();
+            let bits = challenge["difficulty"].as_u64().unwrap() as u32;
+            let solution = (0u64..)
+                .map(|n| n.to_string())
+                .find(|s| leading_zero_bits(&solution_hash(nonce, s)) >= bits)
+                .unwrap();
+            body = serde_json::json!({"challenge": {"nonce": nonce, "solution": solution}});
+        }
+        let response = http
+            .post(format!("{}/v1/sales/{sale}/queue", self.url))
+            .header("x-user-id", shopper)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (
+            response.status().as_u16(),
+            response.json().await.unwrap_or_default(),
+        )
     }
 
     /// Buys one unit as `shopper` with an `Idempotency-Key`, if given.

@@ -41,9 +41,28 @@ use limits::Limits;
 /// Largest request body accepted (a purchase is `{"quantity": n}`).
 pub const MAX_BODY_BYTES: usize = 1024;
 
-/// What every handler shares.
+/// What every handler shares: one pointer, so the clone each extractor and
+/// middleware takes costs one atomic increment, not one per service.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Services>);
+
+impl AppState {
+    /// The state over `services`.
+    pub fn new(services: Services) -> Self {
+        Self(Arc::new(services))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Services;
+
+    fn deref(&self) -> &Services {
+        &self.0
+    }
+}
+
+/// The services behind [`AppState`].
+pub struct Services {
     /// The namespace's sales.
     pub catalog: Arc<Catalog>,
     /// The purchase path.
@@ -71,6 +90,8 @@ pub struct AppState {
     pub trusted_proxies: Arc<client_ip::TrustedProxies>,
     /// Queue joins per second (the challenge's difficulty follows them).
     pub queue_joins: Arc<queue::JoinMeter>,
+    /// The status route's rendered heads.
+    pub status_heads: status::StatusHeads,
 }
 
 /// The client's address: the TCP peer, or the client a trusted proxy
@@ -112,19 +133,22 @@ pub fn router(state: AppState, limits: &transport::TransportLimits) -> Router {
         .route("/v1/payments/callback", post(payments::callback))
         .route("/v1/orders/{order_id}/cancel", post(orders::cancel))
         .route("/openapi.json", get(|| async { Json(openapi::document()) }));
-    let routes = Router::new()
+    let guarded = Router::new()
         // A purchase is never cut in the middle: its answer must be the
         // truth, and each of its steps has its own timeout (Redis, Kafka).
         .route("/v1/sales/{sale}/orders", post(orders::purchase))
-        // Answered from memory, never waiting: no timer per request.
+        .merge(transport::request_timeout(cut_when_late, limits))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES));
+    // Answered from memory without a body, never waiting: no timer, no
+    // place in flight — a storm of page loads costs the least it can.
+    let from_memory = Router::new()
         .route("/v1/sales/{sale}/status", get(status::get_status))
         .route("/s/{sale}", get(page::sale_page))
-        .route("/s/assets/{file}", get(page::asset))
-        .merge(transport::request_timeout(cut_when_late, limits))
+        .route("/s/assets/{file}", get(page::asset));
+    from_memory
+        .merge(transport::guard(guarded, limits))
         .fallback(|| async { ApiError::not_found("no such path") })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES));
-    transport::guard(routes, limits)
         .layer(middleware::from_fn_with_state(state.clone(), track))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             |_: Box<dyn std::any::Any + Send>| ApiError::internal().into_response(),
@@ -155,7 +179,7 @@ async fn track(State(state): State<AppState>, request: Request, next: Next) -> R
         .get::<MatchedPath>()
         .map_or("unmatched", MatchedPath::as_str)
         .to_string();
-    let method = method_label(request.method()).to_string();
+    let method = method_label(request.method());
     let started = Instant::now();
     let response = next.run(request).await;
     state

@@ -90,6 +90,35 @@ mod tests {
         &doc["paths"][path][method]
     }
 
+    /// Every `$ref` names a schema of the document.
+    fn refs(value: &serde_json::Value, found: &mut Vec<String>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                if let Some(serde_json::Value::String(r)) = map.get("$ref") {
+                    found.push(r.clone());
+                }
+                map.values().for_each(|v| refs(v, found));
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| refs(v, found)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn every_reference_resolves() {
+        let doc = document();
+        let mut found = Vec::new();
+        refs(&doc, &mut found);
+        assert!(!found.is_empty());
+        for r in found {
+            let name = r.trim_start_matches("#/components/schemas/");
+            assert!(
+                doc["components"]["schemas"].get(name).is_some(),
+                "{r} unresolved"
+            );
+        }
+    }
+
     #[test]
     fn the_purchase_body_is_optional_and_bounded() {
         let doc = document();

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
@@ -163,10 +163,11 @@ pub async fn sale_page(
         .get(&name)
         .ok_or_else(|| ApiError::sale_not_found(&name))?;
     let html = render(&view.config, state.auth.dev_identity());
-    let tag = format!(
+    let tag = HeaderValue::from_str(&format!(
         "W/\"{}\"",
         hex::encode(&Sha256::digest(html.as_bytes())[..12])
-    );
+    ))
+    .map_err(|_| ApiError::internal())?;
     // Short: a changed window or SKU shows within seconds; the countdown
     // follows the status route anyway.
     Ok(revalidated(&headers, &tag, "public, max-age=5", || {

@@ -26,7 +26,7 @@ use crate::domain::admission::{
 };
 use crate::domain::status::{Phase, status_of};
 use crate::intake::Refusal;
-use crate::metrics::{ReasonLabels, SaleLabels};
+use crate::metrics::{ChallengeLabels, SaleLabels};
 
 /// How long a challenge may be answered.
 const CHALLENGE_TTL: std::time::Duration = std::time::Duration::from_secs(120);
@@ -262,8 +262,23 @@ async fn answer(
     })
 }
 
+/// Why a challenge answer did not let a shopper join.
+enum NotAnswered {
+    /// Refused: the metrics' reason, and what the shopper is told.
+    Refused(&'static str, String),
+    /// Redis could not say whether it was spent.
+    Unreachable,
+}
+
+impl From<ChallengeError> for NotAnswered {
+    fn from(e: ChallengeError) -> Self {
+        Self::Refused(e.reason(), e.to_string())
+    }
+}
+
 /// Checks the join's challenge answer, when the sale asks for one, and
-/// spends it (single use).
+/// spends it (single use); a refusal is counted by reason, and for the
+/// sale's status in Redis.
 async fn answered(
     state: &AppState,
     caller: &Caller,
@@ -273,21 +288,45 @@ async fn answered(
     if caller.admission.challenge.is_none() {
         return Ok(());
     }
-    let failed = |reason: &'static str, message: String| {
-        state
-            .metrics
-            .queue
-            .challenge_failures
-            .get_or_create(&ReasonLabels { reason })
-            .inc();
-        ApiError::challenge_failed(message)
-    };
+    let sale = &caller.view.config.sale;
+    match spend(state, caller, answer, now_ms).await {
+        Ok(()) => Ok(()),
+        Err(NotAnswered::Unreachable) => Err(ApiError::unavailable(
+            "the queue is unreachable right now; nothing was joined",
+        )),
+        Err(NotAnswered::Refused(reason, message)) => {
+            state
+                .metrics
+                .queue
+                .challenge_failures
+                .get_or_create(&ChallengeLabels {
+                    namespace: sale.namespace.clone(),
+                    sale: sale.name.clone(),
+                    reason,
+                })
+                .inc();
+            // Only a figure for the status: lost with Redis, it loses nothing.
+            if let Err(e) = state.intake.store().count_challenge_failure(sale).await {
+                tracing::debug!(%sale, error = %e, "queue: challenge failure not counted");
+            }
+            Err(ApiError::challenge_failed(message))
+        }
+    }
+}
+
+async fn spend(
+    state: &AppState,
+    caller: &Caller,
+    answer: Option<ChallengeAnswer>,
+    now_ms: i64,
+) -> Result<(), NotAnswered> {
+    let sale = &caller.view.config.sale;
     let answer = answer.ok_or_else(|| {
-        failed(
+        NotAnswered::Refused(
             "missing",
             format!(
                 "this queue asks for a challenge first: GET /v1/sales/{}/challenge",
-                caller.view.config.sale.name
+                sale.name
             ),
         )
     })?;
@@ -298,21 +337,17 @@ async fn answered(
         caller.view.config.id,
         &caller.shopper,
         now_ms,
-    )
-    .map_err(|e| failed(e.reason(), e.to_string()))?;
+    )?;
     let first = state
         .intake
         .store()
-        .spend_challenge(&caller.view.config.sale, &claims.nonce, CHALLENGE_TTL)
+        .spend_challenge(sale, &claims.nonce, CHALLENGE_TTL)
         .await
-        .map_err(|_| {
-            ApiError::unavailable("the queue is unreachable right now; nothing was joined")
-        })?;
+        .map_err(|_| NotAnswered::Unreachable)?;
     if first {
         Ok(())
     } else {
-        let used = ChallengeError::Used;
-        Err(failed(used.reason(), used.to_string()))
+        Err(ChallengeError::Used.into())
     }
 }
 
@@ -375,7 +410,10 @@ pub async fn join(
         .get_or_create(&SaleLabels::from(&config.sale))
         .inc();
     if let (Some(_), Some(eta)) = (place.position, place.eta_seconds) {
-        queue.promised_wait_seconds.observe(eta as f64);
+        queue
+            .promised_wait_seconds
+            .get_or_create(&SaleLabels::from(&config.sale))
+            .observe(eta as f64);
     }
     Ok((StatusCode::ACCEPTED, Json(place)))
 }

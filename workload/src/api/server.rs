@@ -13,7 +13,7 @@ use super::auth::{Auth, AuthConfig};
 use super::client_ip::TrustedProxies;
 use super::limits::{LimitConfig, Limits};
 use super::transport::{self, TransportLimits};
-use super::{AppState, internal, router};
+use super::{AppState, Services, internal, router};
 use crate::bus::producer::{OrderProducer, ProducerSettings};
 use crate::bus::sale_lag::SaleLags;
 use crate::catalog::Catalog;
@@ -110,7 +110,7 @@ pub async fn build_state(config: &ApiConfig) -> anyhow::Result<AppState> {
     .spawn();
     let limits = Arc::new(Limits::new(config.limits));
     limits.spawn_housekeeping();
-    Ok(AppState {
+    Ok(AppState::new(Services {
         catalog,
         intake: Arc::new(Intake::new(
             store,
@@ -128,7 +128,8 @@ pub async fn build_state(config: &ApiConfig) -> anyhow::Result<AppState> {
         purchase_token_secret: config.purchase_token_secret.as_deref().map(Arc::from),
         trusted_proxies: Arc::new(config.trusted_proxies.clone()),
         queue_joins: Arc::default(),
-    })
+        status_heads: Default::default(),
+    }))
 }
 
 /// Connections the kernel queues for accepting (capped by the system's

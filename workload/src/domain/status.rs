@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 use super::sale::{PublicState, SaleConfig, SaleMeta, public_state};
 
 /// The sale's phase, as the status route names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Phase {
     /// Before the start (warmed or not yet).
@@ -25,7 +25,7 @@ pub enum Phase {
 
 /// How much is left, coarsely: the exact count would tell bots when to
 /// strike and cost a cache hit per unit sold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum StockLevel {
     /// More than a tenth of the stock.
@@ -50,7 +50,7 @@ impl StockLevel {
 }
 
 /// A sale's status at one instant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SaleStatus {
     /// Its phase.
     pub phase: Phase,

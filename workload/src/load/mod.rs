@@ -5,6 +5,7 @@
 
 pub mod evidence;
 pub mod purchases;
+pub mod queue;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -315,6 +316,18 @@ impl Shared {
     }
 }
 
+/// `shopper`'s `Authorization` header: an HS256 token signed with `key`,
+/// good until `exp` (Unix seconds).
+pub fn bearer(key: &EncodingKey, shopper: &str, exp: i64) -> HeaderValue {
+    let token = encode(
+        &Header::default(),
+        &serde_json::json!({"sub": shopper, "exp": exp}),
+        key,
+    )
+    .expect("an HS256 token encodes");
+    HeaderValue::try_from(format!("Bearer {token}")).expect("a JWT is a header value")
+}
+
 /// Runs the storm; fails only on a URL it cannot speak to (plain HTTP).
 pub async fn storm(config: StormConfig) -> anyhow::Result<(StormReport, Told)> {
     let purchases = purchases::PurchaseClient::new(&config.url, &config.sale, config.max_quantity)?;
@@ -323,16 +336,7 @@ pub async fn storm(config: StormConfig) -> anyhow::Result<(StormReport, Told)> {
             let key = EncodingKey::from_secret(secret).expect("a non-empty JWT secret");
             let exp = chrono::Utc::now().timestamp() + 3600;
             (0..config.shoppers)
-                .map(|i| {
-                    let token = encode(
-                        &Header::default(),
-                        &serde_json::json!({"sub": format!("shopper-{i}"), "exp": exp}),
-                        &key,
-                    )
-                    .expect("an HS256 token encodes");
-                    HeaderValue::try_from(format!("Bearer {token}"))
-                        .expect("a JWT is a header value")
-                })
+                .map(|i| bearer(&key, &format!("shopper-{i}"), exp))
                 .collect()
         }
         Identity::DevHeader => Vec::new(),

@@ -42,13 +42,16 @@ pub enum NoAnswer {
     Connect,
 }
 
-/// Purchases of one sale on one API.
+/// Purchases of one sale on one API (and the reads and queue joins around
+/// them).
 pub struct PurchaseClient {
     address: String,
     host: HeaderValue,
     path: Uri,
     /// The sale's status route.
     status_path: Uri,
+    /// The sale's queue.
+    queue_path: String,
     /// The body asking for `i + 1` units.
     bodies: Vec<Bytes>,
     idle: Mutex<Vec<(SendRequest<Full<Bytes>>, Instant)>>,
@@ -93,6 +96,10 @@ impl PurchaseClient {
                 base.path().trim_end_matches('/')
             )
             .parse()?,
+            queue_path: format!(
+                "{}/v1/sales/{sale}/queue",
+                base.path().trim_end_matches('/')
+            ),
             bodies: (1..=max_quantity.max(1))
                 .map(|q| Bytes::from(format!("{{\"quantity\":{q}}}")))
                 .collect(),
@@ -148,6 +155,39 @@ impl PurchaseClient {
             .body(Full::new(Bytes::new()))
             .map_err(|_| NoAnswer::Connect)?;
         Ok(self.exchange(request).await?.0)
+    }
+
+    /// Joins the sale's queue as `identity`, without a challenge: the
+    /// answer's status and body.
+    pub async fn join_queue(
+        &self,
+        identity: (&HeaderName, HeaderValue),
+    ) -> Result<(u16, Bytes), NoAnswer> {
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(self.queue_path.as_str())
+            .header(HOST, self.host.clone())
+            .header(identity.0, identity.1)
+            .body(Full::new(Bytes::new()))
+            .map_err(|_| NoAnswer::Connect)?;
+        self.exchange(request).await
+    }
+
+    /// `identity`'s place in the sale's queue, by its ticket: the answer's
+    /// status and body.
+    pub async fn queue_place(
+        &self,
+        identity: (&HeaderName, HeaderValue),
+        ticket: &str,
+    ) -> Result<(u16, Bytes), NoAnswer> {
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(format!("{}/{ticket}", self.queue_path))
+            .header(HOST, self.host.clone())
+            .header(identity.0, identity.1)
+            .body(Full::new(Bytes::new()))
+            .map_err(|_| NoAnswer::Connect)?;
+        self.exchange(request).await
     }
 
     /// Sends `request` on a pooled connection within the timeout; the

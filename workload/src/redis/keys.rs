@@ -87,6 +87,8 @@ impl ShardKeys {
 pub struct QueueKeys {
     /// Shoppers by score.
     pub line: String,
+    /// Challenge answers refused (a counter, for the status).
+    pub failures: String,
     base: String,
 }
 
@@ -96,6 +98,7 @@ impl QueueKeys {
         let base = format!("fs:{{{}/{}:queue}}", sale.namespace, sale.name);
         Self {
             line: format!("{base}:line"),
+            failures: format!("{base}:failures"),
             base,
         }
     }

@@ -64,9 +64,21 @@ impl SaleStore {
         read_place(&reply).ok_or_else(|| StoreError::Unexpected(UnexpectedReply(vec![])))
     }
 
-    /// Shoppers in `sale`'s queue.
-    pub async fn queue_length(&self, sale: &SaleRef) -> Result<u64, StoreError> {
-        Ok(self.conn().zcard(QueueKeys::new(sale).line).await?)
+    /// Shoppers in `sale`'s queue, and the challenge answers it refused.
+    pub async fn queue_facts(&self, sale: &SaleRef) -> Result<(u64, u64), StoreError> {
+        let keys = QueueKeys::new(sale);
+        let (length, failures): (u64, Option<u64>) = redis::pipe()
+            .zcard(&keys.line)
+            .get(&keys.failures)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok((length, failures.unwrap_or(0)))
+    }
+
+    /// Counts a challenge answer `sale`'s queue refused.
+    pub async fn count_challenge_failure(&self, sale: &SaleRef) -> Result<(), StoreError> {
+        let _: u64 = self.conn().incr(QueueKeys::new(sale).failures, 1).await?;
+        Ok(())
     }
 
     /// Records the answer to the challenge `nonce`, good for `ttl`: true the
@@ -88,9 +100,11 @@ impl SaleStore {
         Ok(set.is_some())
     }
 
-    /// Deletes `sale`'s queue (cleanup; spent challenges expire by themselves).
+    /// Deletes `sale`'s queue and its counter (cleanup; spent challenges
+    /// expire by themselves).
     pub async fn delete_queue(&self, sale: &SaleRef) -> Result<(), StoreError> {
-        let () = self.conn().del(QueueKeys::new(sale).line).await?;
+        let keys = QueueKeys::new(sale);
+        let () = self.conn().del(&[&keys.line, &keys.failures]).await?;
         Ok(())
     }
 }
