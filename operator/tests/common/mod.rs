@@ -12,6 +12,10 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::PostParams;
 use kube::{Api, Client};
 
+/// The API capacity every test operator is told (`--api-capacity`): a
+/// queued sale that names no rate admits four fifths of it a second.
+pub const API_CAPACITY: u32 = 2_500;
+
 /// A client of the stack's API server.
 pub async fn client() -> Client {
     stack::kube_client().await
@@ -266,6 +270,7 @@ impl Operator {
             .env("FLASHSALE_POD_DATABASE_URL", pod_url(database_url))
             .env("FLASHSALE_POD_KAFKA", "198.18.0.1:19094")
             .env("FLASHSALE_WORKLOAD_IMAGE", image)
+            .env("FLASHSALE_API_CAPACITY", API_CAPACITY.to_string())
             .env("RUST_LOG", "info,kube=warn")
             .spawn()
             .expect("the flashsale-operator binary starts");
