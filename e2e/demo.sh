@@ -51,9 +51,9 @@ else
   say "none"
 fi
 
-step "4/8 The merchant applies the sale: start in 60 s, warm-up 20 s before"
+step "4/8 The merchant applies the sale: start in 60 s, warm-up 20 s before, 140 s long"
 start=$(date -u -d '+60 seconds' +%Y-%m-%dT%H:%M:%SZ)
-end=$(date -u -d '+150 seconds' +%Y-%m-%dT%H:%M:%SZ)
+end=$(date -u -d '+200 seconds' +%Y-%m-%dT%H:%M:%SZ)
 manifest=$(mktemp)
 sed -e "s/start: \".*\"/start: \"$start\"/" -e "s/end: \".*\"/end: \"$end\"/" examples/flashsale.yaml >"$manifest"
 say "kubectl flashsale plan: what the manifest will do, and when, before it is applied"
@@ -92,17 +92,18 @@ jwt=$(mktemp)
 payments=$(mktemp)
 kubectl get secret "$RELEASE-jwt" -n "$NS" -o jsonpath='{.data.hs256-secret}' | base64 -d >"$jwt"
 kubectl get secret "$RELEASE-payments" -n "$NS" -o jsonpath='{.data.callback-secret}' | base64 -d >"$payments"
-# One shopper on the page, in a real (headless) browser: the button, the
-# order followed to UNPAID, the pay step.
-target/release/flashsale-page-shopper "http://$api/s/$SALE" "$jwt" page-shopper "$RESULTS/page-unpaid.png" 2>/dev/null &&
-  say "the sale page, a purchase followed to UNPAID: $RESULTS/page-unpaid.png" ||
-  say "no purchase on the page: is chromium-driver installed? (make test installs it)"
 say "half the buyers pay: the load generator starts each payment and, as the payment provider, confirms it with a signed callback"
 say "kubectl get pods -A: the operator, the API and the sale's consumers run on the node"
 kubectl get pods -A -o wide | sed 's/^/    /'
 FLASHSALE_REDIS=$REDIS_URL target/release/flashsale load --url "http://$api" --sale "$SALE" \
   --namespace "$NS" --jwt-secret-file "$jwt" --payment-secret-file "$payments" --shoppers 30000 --requests 40000 --concurrency 100 \
   --pay 0.5 --cancel 0.05 --check --json "$RESULTS/load.json"
+say "the merchant finds 10 more units (kubectl flashsale restock); one shopper buys on the page, in a real"
+say "browser driven over WebDriver: the button, the order followed to UNPAID, the pay step"
+kubectl flashsale restock -n "$NS" "$SALE" "$(( $(kubectl get fs "$SALE" -n "$NS" -o jsonpath='{.spec.stock}') + 10 ))" | sed 's/^/    /'
+target/release/flashsale-page-shopper "http://$api/s/$SALE" "$jwt" page-shopper "$RESULTS/page-unpaid.png" 2>/dev/null &&
+  say "the sale page, a purchase followed to UNPAID: $RESULTS/page-unpaid.png" ||
+  say "no purchase on the page: is chromium-driver installed? (make test installs it)"
 rm -f "$jwt" "$payments"
 kubectl get pods -n "$NS" -o wide | sed 's/^/    /'
 shot after-the-storm

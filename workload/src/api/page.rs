@@ -95,6 +95,17 @@ fn fill(template: &str, values: &HashMap<&str, String>) -> String {
     out
 }
 
+/// A wait as a shopper reads it: "1 minute", "15 minutes", "90 seconds".
+fn spelled(wait: std::time::Duration) -> String {
+    let secs = wait.as_secs();
+    let (n, unit) = if secs.is_multiple_of(60) && secs > 0 {
+        (secs / 60, "minute")
+    } else {
+        (secs, "second")
+    };
+    format!("{n} {unit}{}", if n == 1 { "" } else { "s" })
+}
+
 /// The page of `config`'s sale; `dev_identity`: the page asks for a shopper
 /// id (the API's development sign-in) when no token is stored.
 pub fn render(config: &SaleConfig, dev_identity: bool) -> String {
@@ -106,10 +117,7 @@ pub fn render(config: &SaleConfig, dev_identity: bool) -> String {
         ("startsAt", time(config.start)),
         ("endsAt", time(config.end)),
         ("limit", config.purchase_limit.to_string()),
-        (
-            "paymentMinutes",
-            config.payment_timeout.as_secs().div_ceil(60).to_string(),
-        ),
+        ("paymentWait", spelled(config.payment_timeout)),
         (
             "tokenRequired",
             config.purchase_token_ttl.is_some().to_string(),
@@ -205,6 +213,18 @@ pub async fn asset(Path(name): Path<String>) -> Result<Response, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wait_is_spelled_as_a_shopper_reads_it() {
+        for (secs, text) in [
+            (60, "1 minute"),
+            (900, "15 minutes"),
+            (90, "90 seconds"),
+            (1, "1 second"),
+        ] {
+            assert_eq!(spelled(std::time::Duration::from_secs(secs)), text);
+        }
+    }
 
     #[test]
     fn fill_escapes_values_and_never_reads_them_as_placeholders() {
