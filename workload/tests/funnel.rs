@@ -168,6 +168,18 @@ async fn page_shows(
     panic!("the page's {id} never showed {what}; it shows {last:?}");
 }
 
+/// Saves what the page shows now as `results/page-tests/NAME.png`: the
+/// moments the demo's open sale does not have (sold out at first sight, a
+/// place in a queue, the queue closed).
+async fn picture(browser: &Browser, name: &str) {
+    let dir = flashsale_testkit::repo_dir().join("results/page-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    browser
+        .screenshot(&dir.join(format!("{name}.png")))
+        .await
+        .unwrap();
+}
+
 /// The attribute `name` of the page's element `id`.
 async fn attr(browser: &Browser, id: &str, name: &str) -> Option<String> {
     browser
@@ -310,6 +322,7 @@ async fn the_page_shows_sold_out_without_a_purchase_attempt() {
     })
     .await;
     page_shows(&browser, "buy", "a disabled button", |_, enabled| !enabled).await;
+    picture(&browser, "sold-out").await;
     let fetched = browser
         .client
         .execute(
@@ -742,6 +755,7 @@ async fn the_page_keeps_its_place_across_a_reload_and_sees_the_queue_close() {
     assert_eq!(local_storage(&browser, &ticket_key).await, Some(ticket));
     let (position_after, eta_after) = queue_place(&browser).await;
     assert!(eta_after <= eta_before && position_after <= position_before);
+    picture(&browser, "queue-place").await;
     page_shows(&browser, "buy", "the join button disabled", |_, enabled| {
         !enabled
     })
@@ -755,6 +769,7 @@ async fn the_page_keeps_its_place_across_a_reload_and_sees_the_queue_close() {
     })
     .await;
     eprintln!("the page showed the queue closed {closed_in:?} after the last unit went");
+    picture(&browser, "queue-closed").await;
     let place = call(
         &live,
         "GET",

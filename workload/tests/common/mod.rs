@@ -521,26 +521,25 @@ pub async fn consume_until_drained(db: &PgPool, store: &SaleStore, config: &Sale
     running.await.unwrap();
 }
 
-/// Polls the sale's consumer-group lag until it is 0 (60 s at most).
+/// Polls the sale's consumer-group lag until it is 0 (60 s at most). A
+/// read the broker refuses for now (`NotCoordinator` while a fresh broker
+/// loads the group offsets) is read again.
 pub async fn wait_drained(config: &SaleConfig) {
     let reader = flashsale_workload::bus::lag::LagReader::new(
         &stack::kafka_bootstrap(),
         &topics::consumer_group(&config.sale),
     )
     .unwrap();
+    let mut last = None;
     for _ in 0..600 {
-        if reader
-            .read(&topics::orders_topic(&config.sale))
-            .await
-            .unwrap()
-            .total()
-            == 0
-        {
-            return;
+        match reader.read(&topics::orders_topic(&config.sale)).await {
+            Ok(lag) if lag.total() == 0 => return,
+            Ok(lag) => last = Some(format!("lag {}", lag.total())),
+            Err(e) => last = Some(e.to_string()),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("{} did not drain in 60 s", config.sale);
+    panic!("{} did not drain in 60 s: {last:?}", config.sale);
 }
 
 /// What a storm got.
