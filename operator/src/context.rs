@@ -40,6 +40,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Failed reconciles in a row, by sale uid (the backoff's exponent).
     pub failures: Mutex<HashMap<String, u32>>,
+    /// Since when Redis has failed every reconcile of a sale, by uid.
+    pub redis_unreachable: Mutex<HashMap<String, std::time::Instant>>,
     /// When each sale's status was last written, by uid.
     pub status_writes: Mutex<HashMap<String, std::time::Instant>>,
     /// Whether this replica may act: set while it holds the Lease, cleared

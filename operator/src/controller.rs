@@ -21,7 +21,7 @@ use crate::error::Error;
 use crate::model::crd::{FlashSale, SaleState};
 use crate::steps::apply::apply;
 use crate::steps::observe::{Observation, observe};
-use crate::steps::{cleanup, kill_switch, outage, status};
+use crate::steps::{cleanup, degrade, kill_switch, outage, status};
 
 /// One pass: observe, decide scaling and the plan.
 async fn observe_and_plan(
@@ -60,10 +60,23 @@ async fn observe_and_plan(
 
 async fn reconcile_sale(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     kill_switch::apply(&ctx, &fs).await?;
+    let uid = fs.metadata.uid.clone().unwrap_or_default();
+    match passes(&ctx, &fs).await {
+        Err(e) if degrade::is_redis_down(&e) => degrade::redis_down(&ctx, &fs, e).await,
+        passed => {
+            degrade::redis_answered(&ctx, &uid);
+            passed
+        }
+    }
+}
+
+/// Observe, plan and apply until the plan settles (three passes at most),
+/// then write the status.
+async fn passes(ctx: &Context, fs: &FlashSale) -> Result<Requeue, Error> {
     let mut pass = 0;
     let (obs, scaling, decided, applied) = loop {
-        let (obs, scaling, decided) = observe_and_plan(&ctx, &fs).await?;
-        let applied = apply(&ctx, &fs, &obs, &decided.actions).await?;
+        let (obs, scaling, decided) = observe_and_plan(ctx, fs).await?;
+        let applied = apply(ctx, fs, &obs, &decided.actions).await?;
         pass += 1;
         if pass == 3
             || !decided.actions.iter().any(|a| a.changes_observation())
@@ -81,7 +94,7 @@ async fn reconcile_sale(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeue
         decided: &decided,
         applied: &applied,
     };
-    status::write(&ctx, &fs, &outcome).await?;
+    status::write(ctx, fs, &outcome).await?;
     Ok(Requeue::requeue(decided.wake_in))
 }
 

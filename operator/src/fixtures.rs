@@ -59,6 +59,7 @@ fn context(leading: bool) -> (Arc<Context>, ApiHandle) {
         lag_readers: Mutex::new(HashMap::new()),
         metrics: Arc::new(Metrics::default()),
         failures: Mutex::new(HashMap::new()),
+        redis_unreachable: Mutex::new(HashMap::new()),
         status_writes: Mutex::new(HashMap::new()),
         leading: Arc::new(AtomicBool::new(leading)),
         api_capacity: crate::decide::queue::DEFAULT_API_CAPACITY,

@@ -260,6 +260,7 @@ async fn connect(
         lag_readers: Mutex::new(HashMap::new()),
         metrics,
         failures: Mutex::new(HashMap::new()),
+        redis_unreachable: Mutex::new(HashMap::new()),
         status_writes: Mutex::new(HashMap::new()),
         leading: Arc::new(AtomicBool::new(false)),
         api_capacity: args.api_capacity,

@@ -176,6 +176,20 @@ async fn invalid_manifests_are_refused_with_the_field_named() {
             "antiBot.tokenTtl must be between 1s and 10m",
         ),
         (
+            "degradation.redisDown unknown",
+            with(base.clone(), "spec.degradation.redisDown", json!("memory")),
+            "spec.degradation.redisDown",
+        ),
+        (
+            "database mode over its stock bound",
+            with(
+                with(base.clone(), "spec.stock", json!(10_001)),
+                "spec.degradation.redisDown",
+                json!("database"),
+            ),
+            "degradation.redisDown: database is allowed up to 10000 units",
+        ),
+        (
             "admission.mode unknown",
             with(base.clone(), "spec.admission.mode", json!("lottery")),
             "spec.admission.mode",

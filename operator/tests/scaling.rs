@@ -69,6 +69,7 @@ async fn produce(sale: &SaleRef, n: usize, mut on_sent: impl FnMut(usize)) {
         accepted_at_ms: 0,
         idempotency_key: None,
         purchase_token: None,
+        persisted: false,
     }
     .to_payload();
     let mut sent = 0;

@@ -99,6 +99,9 @@ pub struct Metrics {
     /// Kafka consumers rebuilt after a stall (partitions assigned, messages
     /// on the brokers, none received: `consumer::STALL_AFTER`).
     pub consumer_rebuilds: Family<SaleLabels, Counter>,
+    /// Orders accepted through PostgreSQL alone, while the sale's Redis
+    /// state was lost or unreachable (`spec.degradation.redisDown: database`).
+    pub orders_through_database: Family<SaleLabels, Counter>,
     /// Payment callbacks by what they did (`refund`: money taken for an
     /// order that could no longer be paid, owed back).
     pub payment_settlements: Family<SettlementLabels, Counter>,
@@ -239,6 +242,12 @@ impl Default for Metrics {
             "Kafka consumers rebuilt after stalling with messages on the brokers",
             consumer_rebuilds.clone(),
         );
+        let orders_through_database = Family::default();
+        registry.register(
+            "orders_through_database",
+            "Orders accepted through PostgreSQL alone while Redis was down",
+            orders_through_database.clone(),
+        );
         let payment_settlements = Family::default();
         registry.register(
             "payment_settlements",
@@ -258,6 +267,7 @@ impl Default for Metrics {
             orders_persisted,
             dead_lettered,
             orders_failed,
+            orders_through_database,
             lag,
             consumer_rebuilds,
             payment_settlements,

@@ -215,6 +215,7 @@ async fn poison_messages_go_to_the_dead_letter_topic_and_units_come_back() {
         accepted_at_ms: 0,
         idempotency_key: None,
         purchase_token: None,
+        persisted: false,
     };
     let producer: FutureProducer = client_config(&stack::kafka_bootstrap()).create().unwrap();
     let topic = topics::orders_topic(sale);

@@ -54,6 +54,7 @@ pub async fn run(rate: f64, duration: Duration, partitions: i32) -> anyhow::Resu
         accepted_at_ms: chrono::Utc::now().timestamp_millis(),
         idempotency_key: None,
         purchase_token: None,
+        persisted: false,
     };
     let payload = order.to_payload();
     let keys: Vec<String> = (0..1000).map(|i| format!("shopper-{i}")).collect();

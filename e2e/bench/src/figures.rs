@@ -6,6 +6,7 @@ use serde::Serialize;
 use crate::bare::Bare;
 use crate::broker::PlainProducer;
 use crate::cpu;
+use crate::degraded::{self, ThroughDatabase};
 use crate::funnel::CheapAnswers;
 use crate::intake::{self, Intake};
 use crate::operator::OperatorFigures;
@@ -86,6 +87,23 @@ pub fn cheap_answers(cheap: &CheapAnswers, bare: &Bare) -> Vec<Figure> {
             bare.requests_per_sec,
         ),
     ]
+}
+
+/// Purchases through PostgreSQL alone, against the Redis path of the same
+/// run; the goal: the largest stock allowed there sells within a minute.
+pub fn through_database(d: &ThroughDatabase, intake: &Intake) -> Figure {
+    let per_sec = d.report.accepted_per_sec;
+    let p99 = d.report.outcomes.get("202").map_or(f64::NAN, |l| l.p99_ms);
+    let redis = intake.max_rate.accepted_per_sec;
+    let goal = degraded::STOCK as f64 / 60.0;
+    figure(
+        "purchases through PostgreSQL alone (Redis down), closed loop",
+        format!("{per_sec:.0}/s, p99 {p99:.0} ms ({} sold)", d.sold),
+        &format!("through Redis in this run: {redis:.0}/s"),
+        format!("ratio {:.2}", per_sec / redis.max(1.0)),
+        &format!(">= {goal:.0}/s ({} units in a minute)", degraded::STOCK),
+        per_sec >= goal,
+    )
 }
 
 /// The queue of a million: its memory in Redis, its join rate, and

@@ -7,6 +7,7 @@
 mod bare;
 mod broker;
 mod cpu;
+mod degraded;
 mod figures;
 mod funnel;
 mod intake;
@@ -318,6 +319,18 @@ async fn main() -> anyhow::Result<()> {
     for config in [&intake.config, &intake.sold_out_sale] {
         sale::remove(&db, &store, config).await?;
     }
+    eprintln!(
+        "through the database: the same storm on a sale of {} selling through PostgreSQL alone, {baseline_secs:?}",
+        degraded::STOCK
+    );
+    let through_database = degraded::run(
+        &db,
+        &store,
+        &results.join("jwt-secret"),
+        &intake.secret,
+        baseline_secs,
+    )
+    .await?;
 
     let queued = if args.skip_queue {
         None
@@ -340,6 +353,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(queued) = &queued {
         figures.extend(figures::queue(queued, &bare));
     }
+    figures.push(figures::through_database(&through_database, &intake));
     figures.push(figures::persistence(&persist));
     figures.push(figures::memory(intake.api_rss_peak_mib));
     if let Some(ops) = &ops {
@@ -379,6 +393,7 @@ async fn main() -> anyhow::Result<()> {
         "halfRateSlowest": slowest_series(&intake.half_rate),
         "bareHandler": bare,
         "cheapAnswers": intake.cheap,
+        "throughDatabase": through_database,
         "queue": queued,
         "plainProducer": plain,
         "cpuMaxRate": intake.max_rate_cpu,

@@ -86,13 +86,18 @@ pub enum Kind {
     PauseResume = 16,
     /// The window extended by 5 s while live.
     ExtendWindow = 17,
+    /// The Redis node SIGKILLed and kept down for 30 s, the sale with
+    /// `degradation.redisDown: database`: it must keep deciding purchases
+    /// through PostgreSQL meanwhile, then through Redis again.
+    RedisDown = 26,
 }
 
 impl Kind {
     /// Every kind that must hold, in report order (`KafkaWipe`, expected
     /// to lose orders, runs only when named).
-    pub const ALL: [Kind; 25] = [
+    pub const ALL: [Kind; 26] = [
         Kind::RedisRestart,
+        Kind::RedisDown,
         Kind::RedisFailover,
         Kind::RedisWipe,
         Kind::RedisPause,
@@ -178,6 +183,7 @@ impl Kind {
         match self {
             Kind::NodeDrain => 40,
             Kind::KubeletStop => 100,
+            Kind::RedisDown => 80,
             _ => 0,
         }
     }
@@ -419,6 +425,13 @@ pub fn redis_restart() -> Injected {
     guard
 }
 
+/// The Redis node SIGKILLed; restarted (empty) when the guard drops.
+pub fn redis_down() -> Injected {
+    let guard = Injected::register(|| restart_stack("redis.sh", &["restart", "redis"]));
+    kill_stack_process("redis");
+    guard
+}
+
 /// `redis-cli` against a live node of the Cluster.
 fn cluster_cli(args: &[&str]) -> String {
     for port in ["17001", "17002", "17003", "17004", "17005", "17006"] {
@@ -653,7 +666,7 @@ mod tests {
     fn kinds_have_names_and_one_runs_on_the_cluster() {
         let names: Vec<String> = Kind::ALL.iter().map(|k| k.name()).collect();
         assert_eq!(names[0], "redis-restart");
-        assert_eq!(names.len(), 25);
+        assert_eq!(names.len(), 26);
         assert_eq!(Kind::ALL.iter().filter(|k| k.in_cluster()).count(), 2);
         assert_eq!(Kind::ALL.iter().filter(|k| k.on_cluster()).count(), 2);
         assert_eq!(Kind::ALL.iter().filter(|k| k.replicated()).count(), 5);

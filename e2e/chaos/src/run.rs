@@ -108,7 +108,16 @@ impl RunResult {
         if self.converge_secs.is_none() {
             why.push("no final reconciliation within 150 s".into());
         }
+        if !self.kept_selling() {
+            why.push("nothing decided while Redis was down".into());
+        }
         why.join("; ")
+    }
+
+    /// A sale that may sell through PostgreSQL kept deciding purchases
+    /// while Redis was down (other kinds: true).
+    fn kept_selling(&self) -> bool {
+        self.kind != Kind::RedisDown.name() || self.decided_during_fault > 0
     }
 }
 
@@ -534,6 +543,7 @@ impl Timing {
             Kind::PauseResume => 2000,
             Kind::RedisFailover => 4000,
             Kind::KubeletStop => 65_000,
+            Kind::RedisDown => 30_000,
             _ => 0,
         });
         // The window outlasts a Kafka fault's aftermath, or the units its
@@ -567,6 +577,11 @@ impl Timing {
 fn sale_manifest(kind: Kind, namespace: &str, size: Size, timing: &Timing) -> serde_json::Value {
     let time = |t: chrono::DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     let (min_consumers, max_consumers) = if kind.in_cluster() { (2, 4) } else { (0, 2) };
+    let redis_down = if kind == Kind::RedisDown {
+        "database"
+    } else {
+        "reject"
+    };
     serde_json::json!({
         "apiVersion": "flashsale.dev/v1alpha1", "kind": "FlashSale",
         "metadata": {"name": "storm", "namespace": namespace},
@@ -577,6 +592,7 @@ fn sale_manifest(kind: Kind, namespace: &str, size: Size, timing: &Timing) -> se
             "warmup": {"leadTime": "3s"}, "cleanup": {"after": "5m"},
             "payment": {"timeout": "2m"},
             "consumers": {"minReplicas": min_consumers, "maxReplicas": max_consumers},
+            "degradation": {"redisDown": redis_down},
         }
     })
 }
@@ -772,6 +788,7 @@ impl Strike<'_> {
         };
         Ok(match kind {
             Kind::RedisRestart => faults::redis_restart(),
+            Kind::RedisDown => faults::redis_down(),
             Kind::RedisFailover => faults::redis_failover(&ShardKeys::new(sale, 0).meta),
             Kind::RedisWipe => faults::redis_wipe(&ShardKeys::new(sale, 0).meta),
             Kind::RedisPause => faults::redis_pause(Duration::from_secs(5)),
@@ -1029,7 +1046,8 @@ async fn check(
         && result.orders_lost == 0
         && result.oversold_units == 0
         && result.lookups_failed == 0
-        && result.converge_secs.is_some();
+        && result.converge_secs.is_some()
+        && result.kept_selling();
     Ok(())
 }
 

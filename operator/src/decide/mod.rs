@@ -1,6 +1,7 @@
-//! Pure decisions from the model and what was observed: the plan, scaling, conditions, throttle, owned objects, the queue's figures.
+//! Pure decisions from the model and what was observed: the plan, scaling, conditions, degradation while Redis is down, throttle, owned objects, the queue's figures.
 
 pub mod conditions;
+pub mod degradation;
 pub mod deletion;
 pub mod plan;
 pub mod queue;

@@ -646,7 +646,7 @@ mod tests {
             life: RedisLife {
                 incarnation: Some(uuid::Uuid::nil()),
                 opened: false,
-                lost_since: None,
+                ..RedisLife::default()
             },
             lag: Some(0),
             final_job: None,

@@ -46,6 +46,7 @@ use super::timeline::{Timeline, to_chrono};
 #[x_kube(validation = Rule::new("self.window.end > self.window.start").message("window.end must be after window.start"))]
 #[x_kube(validation = Rule::new("self.consumers.minReplicas <= self.consumers.maxReplicas").message("consumers.minReplicas must not exceed consumers.maxReplicas"))]
 #[x_kube(validation = Rule::new("!has(self.consumers.maxLag) || self.consumers.maxLag >= self.consumers.lagPerReplica").message("consumers.maxLag must be at least consumers.lagPerReplica"))]
+#[x_kube(validation = Rule::new("self.degradation.redisDown != 'database' || self.stock <= 10000").message("degradation.redisDown: database is allowed up to 10000 units: every purchase then takes the sale's one database row (see docs/reliability.md)"))]
 #[x_kube(validation = Rule::new("duration(self.payment.timeout) <= duration(self.cleanup.after)").message("payment.timeout must not exceed cleanup.after: unpaid orders are cancelled by the sale's consumers, which are removed at cleanup"))]
 #[serde(rename_all = "camelCase")]
 pub struct FlashSaleSpec {
@@ -105,6 +106,10 @@ pub struct FlashSaleSpec {
     /// start and admitted at a rate, each given a purchase token.
     #[serde(default)]
     pub admission: Admission,
+
+    /// What the sale does while Redis is down or has lost its state.
+    #[serde(default)]
+    pub degradation: Degradation,
 }
 
 fn default_purchase_limit() -> i32 {
@@ -233,6 +238,37 @@ impl Default for AntiBot {
             token_ttl: default_token_ttl(),
         }
     }
+}
+
+/// What the sale does while Redis cannot decide its purchases.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Degradation {
+    /// `reject` (the default): purchases are refused (503, nothing reserved)
+    /// until Redis is back and the sale's state reloaded. `database`: once
+    /// every order Redis accepted is persisted, purchases go through
+    /// PostgreSQL alone (a conditional stock update, the limit, the key and
+    /// the order row in one transaction) until Redis is back. Only for
+    /// stock up to [`DATABASE_MODE_MAX_STOCK`].
+    #[serde(default)]
+    pub redis_down: RedisDown,
+}
+
+/// The most stock a sale may have with `degradation.redisDown: database`:
+/// through the database every purchase takes the sale's row lock, a few
+/// thousand a second (docs/performance.md), so a larger sale would sell for
+/// minutes on a path meant for a Redis outage. The CEL rule spells it out.
+pub const DATABASE_MODE_MAX_STOCK: i32 = 10_000;
+
+/// How purchases are decided while Redis is down.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum RedisDown {
+    /// Refused until Redis is back.
+    #[default]
+    Reject,
+    /// Through PostgreSQL alone meanwhile.
+    Database,
 }
 
 /// Fair admission (`mode: queue`), or none (`open`, the default).
@@ -564,6 +600,16 @@ pub struct ReconciliationSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_database_mode_rule_states_the_bound() {
+        use kube::CustomResourceExt;
+        let crd = serde_json::to_string(&FlashSale::crd()).unwrap();
+        assert!(
+            crd.contains(&format!("self.stock <= {DATABASE_MODE_MAX_STOCK}")),
+            "the CEL rule and DATABASE_MODE_MAX_STOCK disagree"
+        );
+    }
 
     #[test]
     fn durations_are_written_as_people_write_them() {

@@ -1,7 +1,8 @@
-//! The I/O of one reconcile: observe, apply the plan's actions, warm, write the status, report outages, clean up a deleted sale.
+//! The I/O of one reconcile: observe, apply the plan's actions, warm, degrade while Redis is down, write the status, report outages, clean up a deleted sale.
 
 pub mod apply;
 pub mod cleanup;
+pub mod degrade;
 pub mod kill_switch;
 pub mod observe;
 pub mod outage;

@@ -204,16 +204,21 @@ async fn read_lag(
     loaded: bool,
     partitions: i32,
 ) -> Option<i64> {
-    let uid = config.id.to_string();
     if !loaded {
-        ctx.forget_lag_reader(&uid);
+        ctx.forget_lag_reader(&config.id.to_string());
         return Some(0);
     }
     if partitions == 0 {
         return None;
     }
+    group_lag(ctx, config).await
+}
+
+/// The lag of the sale's consumer group over its order topic, `None` when
+/// it cannot be read.
+pub async fn group_lag(ctx: &Context, config: &SaleConfig) -> Option<i64> {
     let sale = &config.sale;
-    let reader = ctx.lag_reader(&uid, &topics::consumer_group(sale))?;
+    let reader = ctx.lag_reader(&config.id.to_string(), &topics::consumer_group(sale))?;
     match reader.read(&topics::orders_topic(sale)).await {
         Ok(lag) => Some(lag.total()),
         Err(e) => {

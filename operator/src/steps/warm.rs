@@ -9,6 +9,7 @@ use crate::context::Context;
 use crate::error::ApplyError;
 use crate::events::publish;
 use crate::model::crd::FlashSale;
+use crate::steps::degrade::stop_selling;
 use crate::steps::observe::Observation;
 
 /// Loads the sale into Redis from one database snapshot under its
@@ -26,6 +27,8 @@ pub async fn warm(
     };
     let row = &stored.config;
     let incarnation = sales::incarnation(&ctx.db, row.id).await?;
+    // Before the snapshot: no purchase through the database lands after it.
+    stop_selling(ctx, fs, row.id, "Redis is back and is being reloaded").await?;
     let db = reconciliation::snapshot(&ctx.db, row.id).await?;
     let loaded = ctx
         .store

@@ -115,6 +115,7 @@ pub async fn build_state(config: &ApiConfig) -> anyhow::Result<AppState> {
         intake: Arc::new(Intake::new(
             store,
             producer,
+            db.clone(),
             metrics.clone(),
             config.producer.budget,
         )),

@@ -231,9 +231,7 @@ mod tests {
             meta: None,
             remaining: 0,
             life: RedisLife {
-                incarnation: None,
-                opened: false,
-                lost_since: None,
+                ..RedisLife::default()
             },
         };
         let status = SaleStatus {

@@ -34,6 +34,10 @@ pub struct OrderMessage {
     /// recovered Redis state still refuses it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub purchase_token: Option<UsedToken>,
+    /// Written by the API through PostgreSQL while the sale sold through the
+    /// database: persisted already, with no reservation to claim.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub persisted: bool,
 }
 
 impl OrderMessage {
@@ -67,6 +71,7 @@ mod tests {
                 nonce: Uuid::from_u128(9),
                 until_ms: 1_700_000_090_000,
             }),
+            persisted: false,
         };
         let payload = message.to_payload();
         assert_eq!(OrderMessage::from_payload(&payload).unwrap(), message);

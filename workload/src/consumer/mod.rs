@@ -417,25 +417,18 @@ impl SaleConsumer {
                 item.state = ItemState::Done;
             }
         }
-        // One claim per shard, the shards in parallel.
-        let mut by_shard: BTreeMap<u32, Vec<&OrderMessage>> = BTreeMap::new();
-        for order in items.iter().filter_map(Item::pending) {
-            by_shard.entry(order.shard).or_default().push(order);
-        }
-        let claims = futures::future::try_join_all(by_shard.iter().map(|(shard, orders)| {
-            let ids: Vec<String> = orders.iter().map(|o| o.order_id.to_string()).collect();
-            async move { self.store.claim(&self.config.sale, *shard, &ids).await }
-        }))
-        .await?;
+        let pending: Vec<&OrderMessage> = items.iter().filter_map(Item::pending).collect();
+        let (claimed, unreachable) = self.claim_reservations(pending).await?;
         let mut to_persist = Vec::new();
         let mut verdicts: HashMap<uuid::Uuid, Verdict> = HashMap::new();
-        let claimed = by_shard
-            .into_values()
-            .zip(claims)
-            .flat_map(|(orders, outcomes)| orders.into_iter().zip(outcomes));
         let mut state_lost = false;
         for (order, claim) in claimed {
             let verdict = match claim {
+                // Written through PostgreSQL: inserting it again is a no-op.
+                _ if order.persisted => {
+                    to_persist.push(new_order(order));
+                    continue;
+                }
                 ClaimOutcome::Claimed { .. } if order.sale_id != self.config.id => {
                     Verdict::DeadLetterAndRelease("message of an earlier sale of the same name")
                 }
@@ -490,10 +483,62 @@ impl SaleConsumer {
             }
             item.state = ItemState::Done;
         }
-        if state_lost {
+        // Unreachable, Redis is fenced by whoever recorded the loss once back.
+        if state_lost && !unreachable {
             self.fence_lost_state().await?;
         }
         Ok(to_persist)
+    }
+
+    /// Claims the reservations of `orders`, one call per shard, the shards in
+    /// parallel; orders written through PostgreSQL have none (their outcome
+    /// is ignored). Redis unreachable while the database records the sale's
+    /// state lost (the operator fenced it to sell through the database): no
+    /// reservation can be claimed or trusted, so each is missing, as in a
+    /// lost state — PostgreSQL decides — and the second value says so.
+    async fn claim_reservations<'a>(
+        &self,
+        orders: Vec<&'a OrderMessage>,
+    ) -> Result<(Vec<(&'a OrderMessage, ClaimOutcome)>, bool), BatchError> {
+        let mut by_shard: BTreeMap<u32, Vec<&OrderMessage>> = BTreeMap::new();
+        let mut persisted = Vec::new();
+        for order in orders {
+            if order.persisted {
+                persisted.push((order, ClaimOutcome::Missing));
+            } else {
+                by_shard.entry(order.shard).or_default().push(order);
+            }
+        }
+        let claims = futures::future::try_join_all(by_shard.iter().map(|(shard, orders)| {
+            let ids: Vec<String> = orders.iter().map(|o| o.order_id.to_string()).collect();
+            async move { self.store.claim(&self.config.sale, *shard, &ids).await }
+        }))
+        .await;
+        let (claims, unreachable) = match claims {
+            Ok(claims) => (claims, false),
+            Err(StoreError::Redis(e)) if self.recorded_lost().await? => {
+                tracing::warn!(sale = %self.config.sale, error = %e, "redis is unreachable and the sale's state is recorded lost: persisting without claims");
+                let missing = by_shard
+                    .values()
+                    .map(|orders| vec![ClaimOutcome::Missing; orders.len()])
+                    .collect();
+                (missing, true)
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let claimed = by_shard
+            .into_values()
+            .zip(claims)
+            .flat_map(|(orders, outcomes)| orders.into_iter().zip(outcomes))
+            .chain(persisted)
+            .collect();
+        Ok((claimed, unreachable))
+    }
+
+    /// Whether the database records the sale's Redis state as lost.
+    async fn recorded_lost(&self) -> Result<bool, BatchError> {
+        let stored = crate::orders::sales::find_by_id(&self.db, self.config.id).await?;
+        Ok(stored.is_some_and(|s| s.life.lost_since.is_some()))
     }
 
     /// Fences the sale whose Redis state a claim found lost: purchases stop

@@ -186,8 +186,12 @@ pub struct RedisLife {
     /// That incarnation was loaded, verified and opened (and not removed on
     /// purpose since: cleanup and deletion clear it first).
     pub opened: bool,
-    /// When its loss was noticed; while set the sale takes no orders.
+    /// When its loss was noticed; while set the sale takes no orders
+    /// through Redis.
     pub lost_since: Option<DateTime<Utc>>,
+    /// Since when it sells through PostgreSQL alone meanwhile
+    /// (`spec.degradation.redisDown: database`).
+    pub through_database_since: Option<DateTime<Utc>>,
 }
 
 impl RedisLife {

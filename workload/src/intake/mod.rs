@@ -6,6 +6,9 @@
 //! says so instead of promising.
 
 mod confirm;
+mod database;
+
+pub use database::CONCURRENT_PURCHASES as CONCURRENT_DATABASE_PURCHASES;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,6 +29,7 @@ use crate::domain::stock::{SoldOutVerdict, sold_out};
 use crate::metrics::Metrics;
 use crate::redis::store::{SaleStore, StoreError, TokenUse};
 use confirm::Confirmer;
+use database::ThroughDatabase;
 
 /// Why a purchase was refused. Each has its own code in the API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +110,7 @@ pub struct Intake {
     metrics: Arc<Metrics>,
     budget: PurchaseBudget,
     confirmer: Confirmer,
+    database: ThroughDatabase,
     redis_breaker: Mutex<Breaker>,
     kafka_breaker: Mutex<Breaker>,
 }
@@ -125,16 +130,19 @@ fn past_deadline() -> StoreError {
 }
 
 impl Intake {
-    /// A purchase path over `store` and `producer`, each purchase within
-    /// `budget`. Starts the task that records acknowledged orders.
+    /// A purchase path over `store` and `producer` (and `db` while a sale
+    /// sells through the database), each purchase within `budget`. Starts
+    /// the task that records acknowledged orders.
     pub fn new(
         store: SaleStore,
         producer: OrderProducer,
+        db: sqlx::PgPool,
         metrics: Arc<Metrics>,
         budget: PurchaseBudget,
     ) -> Self {
         Self {
             confirmer: Confirmer::spawn(store.clone()),
+            database: ThroughDatabase::new(db),
             store,
             producer,
             metrics,
@@ -190,6 +198,14 @@ impl Intake {
     ) -> PurchaseResult {
         // Every deadline of this purchase comes from here: see domain::budget.
         let deadline = tokio::time::Instant::now() + self.budget.total();
+        // The database decides every purchase meanwhile, sold out included:
+        // what this process remembers of Redis is stale.
+        if view.life.through_database_since.is_some() {
+            return self
+                .database
+                .purchase(view, request, &self.producer, &self.metrics, deadline)
+                .await;
+        }
         if view.life.lost_since.is_some() {
             return Err(Refusal::StateLost);
         }
@@ -229,6 +245,7 @@ impl Intake {
             accepted_at_ms,
             idempotency_key: request.idempotency_key.map(str::to_string),
             purchase_token: request.token.map(|t| t.used_until(accepted_at_ms)),
+            persisted: false,
         };
         let started = Instant::now();
         let produced = timeout_at(deadline, self.producer.send(&message)).await;

@@ -31,10 +31,11 @@ struct SaleRow {
     incarnation: Option<Uuid>,
     opened_at: Option<DateTime<Utc>>,
     redis_lost_at: Option<DateTime<Utc>>,
+    selling_through_database_at: Option<DateTime<Utc>>,
     drained_at: Option<DateTime<Utc>>,
 }
 
-const SALE_COLUMNS: &str = "id, namespace, name, sku, stock, start_at, end_at, purchase_limit, shards, generation, payment_timeout_ms, purchase_token_ttl_ms, admission_prequeue_ms, admission_rate, challenge_difficulty, challenge_max_difficulty, incarnation, opened_at, redis_lost_at, drained_at";
+const SALE_COLUMNS: &str = "id, namespace, name, sku, stock, start_at, end_at, purchase_limit, shards, generation, payment_timeout_ms, purchase_token_ttl_ms, admission_prequeue_ms, admission_rate, challenge_difficulty, challenge_max_difficulty, incarnation, opened_at, redis_lost_at, selling_through_database_at, drained_at";
 
 /// A sale's row as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +56,7 @@ impl SaleRow {
             incarnation: self.incarnation,
             opened: self.opened_at.is_some(),
             lost_since: self.redis_lost_at,
+            through_database_since: self.selling_through_database_at,
         }
     }
 
@@ -241,6 +243,40 @@ pub async fn mark_redis_lost<'e>(db: impl PgExecutor<'e>, id: Uuid) -> sqlx::Res
     .execute(db)
     .await?;
     Ok(done.rows_affected() == 1)
+}
+
+/// Lets the sale sell through PostgreSQL alone while its Redis state is
+/// lost (the loss recorded; the caller checked the topic is drained since).
+/// Returns whether this call switched it.
+pub async fn sell_through_database<'e>(db: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<bool> {
+    let done = sqlx::query(
+        "UPDATE sales SET selling_through_database_at = now()
+         WHERE id = $1 AND redis_lost_at IS NOT NULL AND selling_through_database_at IS NULL",
+    )
+    .bind(id)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Stops selling through PostgreSQL (a recovery loads Redis next, or the
+/// kill switch): a purchase through the database that has not updated the
+/// sale's row by now refuses (it re-checks under the row's lock). Returns
+/// how long the sale sold through the database, if it did.
+pub async fn stop_selling_through_database<'e>(
+    db: impl PgExecutor<'e>,
+    id: Uuid,
+) -> sqlx::Result<Option<Duration>> {
+    let secs: Option<Option<f64>> = sqlx::query_scalar(
+        "WITH before AS (SELECT selling_through_database_at AS since FROM sales WHERE id = $1)
+         UPDATE sales SET selling_through_database_at = NULL
+         WHERE id = $1 AND selling_through_database_at IS NOT NULL
+         RETURNING (SELECT extract(epoch FROM now() - since)::float8 FROM before)",
+    )
+    .bind(id)
+    .fetch_optional(db)
+    .await?;
+    Ok(secs.flatten().map(|s| Duration::from_secs_f64(s.max(0.0))))
 }
 
 /// Starts a recovery: the lost incarnation `lost` is replaced by a new one
