@@ -519,7 +519,11 @@ fn recovery_steps(observed: &Observed, grace: Duration, ready_to_warm: bool) -> 
     };
     if life.opened {
         let fenced_for = (observed.now - since).to_std().unwrap_or_default();
-        let drained = observed.lag == Some(0) && fenced_for >= grace;
+        // Selling through the database began only once drained, and Redis
+        // has accepted nothing since: what the topic holds is persisted
+        // (waiting for a lag of 0 under that traffic could wait long).
+        let drained = (observed.lag == Some(0) || life.through_database_since.is_some())
+            && fenced_for >= grace;
         return if drained {
             vec![Action::BeginRecovery]
         } else {
@@ -1192,7 +1196,7 @@ mod tests {
         // Drained: a new incarnation, then warm-up reloads it.
         let drained = Observed {
             lag: Some(0),
-            ..later
+            ..later.clone()
         };
         assert_eq!(
             run(&drained),
@@ -1206,6 +1210,20 @@ mod tests {
             ..drained
         };
         assert_eq!(run(&reloading), (SaleState::Live, vec![Action::Warm]));
+        // Selling through the database when Redis comes back: its orders
+        // in the topic are persisted already; the recovery need not wait.
+        let through_database = Observed {
+            lag: Some(12),
+            life: RedisLife {
+                through_database_since: Some(t(START + 12)),
+                ..later.life
+            },
+            ..later.clone()
+        };
+        assert_eq!(
+            run(&through_database),
+            (SaleState::Live, vec![Action::BeginRecovery])
+        );
         // A failover that kept the metadata but dropped writes: a consumer
         // fenced it and recorded the loss; a shrink asked meanwhile waits.
         let failed_over = Observed {

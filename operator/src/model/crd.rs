@@ -255,9 +255,9 @@ pub struct Degradation {
 }
 
 /// The most stock a sale may have with `degradation.redisDown: database`:
-/// through the database every purchase takes the sale's row lock, a few
-/// thousand a second (docs/performance.md), so a larger sale would sell for
-/// minutes on a path meant for a Redis outage. The CEL rule spells it out.
+/// through the database every purchase commits under the sale's row lock,
+/// about 630 a second on the bench's machine (docs/performance.md), so a
+/// larger sale would sell for minutes on a path meant for a Redis outage. The CEL rule spells it out.
 pub const DATABASE_MODE_MAX_STOCK: i32 = 10_000;
 
 /// How purchases are decided while Redis is down.
