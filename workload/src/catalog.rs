@@ -98,9 +98,12 @@ impl Catalog {
             .clone()
     }
 
-    /// Whether the sale was found sold out at its current generation.
+    /// Whether the sale was found sold out at its current generation (never
+    /// while it sells through the database: that decides every purchase, and
+    /// what was found in Redis is stale).
     pub fn is_sold_out(&self, view: &SaleView) -> bool {
-        self.sold_out_flags().get(&view.config.id) == Some(&view.config.generation)
+        view.life.through_database_since.is_none()
+            && self.sold_out_flags().get(&view.config.id) == Some(&view.config.generation)
     }
 
     /// Units left in `view`'s sale as this API knows it: none once a
