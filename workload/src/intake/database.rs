@@ -23,7 +23,7 @@ use crate::orders::order::NewOrder;
 /// Purchases in the database at once, per API process: half its pool (16),
 /// the rest left to order lookups, payments and the catalog. The sale's row
 /// is the one lock they all take, so more would only queue there.
-pub const CONCURRENT_PURCHASES: usize = 8;
+const CONCURRENT_PURCHASES: usize = 8;
 /// How long a purchase waits for one of them before it is answered BUSY.
 const PERMIT_WAIT: Duration = Duration::from_millis(250);
 

@@ -8,8 +8,6 @@
 mod confirm;
 mod database;
 
-pub use database::CONCURRENT_PURCHASES as CONCURRENT_DATABASE_PURCHASES;
-
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
