@@ -497,6 +497,65 @@ pub fn report(fs: &FlashSale) -> Result<String, String> {
     Ok(out)
 }
 
+/// The risk scorer's view of a sale: what it scored and did, and the
+/// highest-scored shoppers with what each rule saw.
+pub fn risk_report(fs: &FlashSale) -> Result<String, String> {
+    let name = fs.metadata.name.as_deref().unwrap_or("?");
+    let status = fs.status.clone().unwrap_or_default();
+    let Some(risk) = &status.risk else {
+        return Err(match &fs.spec.risk {
+            None => format!(
+                "{name} does not score its orders: spec.risk is not set (examples/scalpers-scored.yaml shows one)"
+            ),
+            Some(_) => format!("{name} has not reported its risk scores yet"),
+        });
+    };
+    let mut out = String::new();
+    let policy = fs.spec.risk.as_ref().map_or("off now".to_string(), |r| {
+        format!("{:?} at {}", r.action, r.threshold).to_lowercase()
+    });
+    let _ = writeln!(
+        out,
+        "{} {}/{name} ({policy})",
+        paint(BOLD, "Risk"),
+        fs.metadata.namespace.as_deref().unwrap_or("default"),
+    );
+    let _ = writeln!(
+        out,
+        "  scored {} orders ({} waiting): {} cancelled for risk, {} held for review",
+        risk.scored,
+        risk.unscored,
+        paint(if risk.cancelled > 0 { BAD } else { DIM }, risk.cancelled),
+        risk.held
+    );
+    if risk.top.is_empty() {
+        let _ = writeln!(out, "  no shopper scored above 0");
+        return Ok(out);
+    }
+    let _ = writeln!(out, "{}", paint(BOLD, "Highest scores"));
+    let _ = writeln!(
+        out,
+        "  {:>5}  {:<24} {:>6} {:>9} {:>5}  NETWORK",
+        "SCORE", "SHOPPER", "ORDERS", "CANCELLED", "HELD"
+    );
+    for s in &risk.top {
+        let _ = writeln!(
+            out,
+            "  {:>5}  {:<24} {:>6} {:>9} {:>5}  {}",
+            s.score,
+            s.shopper,
+            s.orders,
+            s.cancelled,
+            s.held,
+            s.network.as_deref().unwrap_or("-")
+        );
+        for why in &s.why {
+            let _ = writeln!(out, "         {}", paint(DIM, why));
+        }
+    }
+    Ok(out)
+}
+
 /// A spec change, field by field: "spec.paused: false → true".
 pub fn change_report(before: &FlashSaleSpec, after: &FlashSaleSpec) -> String {
     let (b, a) = (
@@ -667,6 +726,42 @@ mod tests {
         assert_eq!(judged[1].holds, Some(false));
         assert_eq!(judged[5].holds, Some(false));
         assert!(plain(&report(&fs).unwrap()).contains("I2 no over-limit     BROKEN"));
+    }
+
+    #[test]
+    fn the_risk_view_lists_the_top_shoppers_and_why() {
+        let mut fs = sale();
+        assert!(
+            risk_report(&fs)
+                .unwrap_err()
+                .contains("spec.risk is not set")
+        );
+        fs.spec.risk = Some(serde_json::from_value(serde_json::json!({})).unwrap());
+        assert!(risk_report(&fs).unwrap_err().contains("not reported"));
+        fs.status = Some(
+            serde_json::from_value(serde_json::json!({
+                "risk": {"scored": 246, "unscored": 3, "cancelled": 30, "held": 0,
+                         "top": [{"shopper": "scalper-7", "score": 110, "orders": 1,
+                                  "cancelled": 1, "held": 0, "network": "203.0.113.0/24",
+                                  "why": ["paidWithin +60: paid 31 ms after the order was payable (under 2000 ms)",
+                                          "shoppersPerNetwork +50: 30 shoppers bought from its network (over 5)"]}]},
+            }))
+            .unwrap(),
+        );
+        let text = plain(&risk_report(&fs).unwrap());
+        assert!(text.contains("Risk shop/drop (cancel at 100)"), "{text}");
+        assert!(
+            text.contains(
+                "scored 246 orders (3 waiting): 30 cancelled for risk, 0 held for review"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("  110  scalper-7"), "{text}");
+        assert!(text.contains("203.0.113.0/24"), "{text}");
+        assert!(
+            text.contains("shoppersPerNetwork +50: 30 shoppers"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -190,6 +190,39 @@ async fn invalid_manifests_are_refused_with_the_field_named() {
             "degradation.redisDown: database is allowed up to 10000 units",
         ),
         (
+            "risk.action unknown",
+            with(base.clone(), "spec.risk.action", json!("ban")),
+            "spec.risk.action",
+        ),
+        (
+            "risk webhook not over http",
+            with(
+                base.clone(),
+                "spec.risk.webhook",
+                json!({"url": "ftp://risk.shop.example/score",
+                       "secretRef": {"name": "risk-hook", "key": "secret"}}),
+            ),
+            "risk.webhook.url must be an http:// or https:// URL",
+        ),
+        (
+            "risk share over 100 %",
+            with(
+                base.clone(),
+                "spec.risk.rules.cancelledShare",
+                json!({"weight": 40, "overPercent": 150, "minOrders": 3}),
+            ),
+            "spec.risk.rules.cancelledShare.overPercent",
+        ),
+        (
+            "risk rule waiting over 10m",
+            with(
+                base.clone(),
+                "spec.risk.rules.paidWithin",
+                json!({"weight": 60, "within": "11m"}),
+            ),
+            "a risk rule's within must be between 0s and 10m",
+        ),
+        (
             "admission.mode unknown",
             with(base.clone(), "spec.admission.mode", json!("lottery")),
             "spec.admission.mode",

@@ -70,6 +70,7 @@ async fn produce(sale: &SaleRef, n: usize, mut on_sent: impl FnMut(usize)) {
         idempotency_key: None,
         purchase_token: None,
         persisted: false,
+        signals: Default::default(),
     }
     .to_payload();
     let mut sent = 0;

@@ -16,3 +16,4 @@ pub mod load;
 pub mod metrics;
 pub mod orders;
 pub mod redis;
+pub mod risk;

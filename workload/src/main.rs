@@ -25,6 +25,7 @@ use flashsale_workload::load::{self, Identity, StormConfig};
 use flashsale_workload::metrics::Metrics;
 use flashsale_workload::redis::store::SaleStore;
 use flashsale_workload::redis::{RedisConn, RedisTarget};
+use flashsale_workload::risk::webhook::WebhookClient;
 use tokio_util::sync::CancellationToken;
 
 /// FlashSale workload: the shopper API, the order consumers and the jobs the
@@ -201,6 +202,10 @@ struct ConsumerArgs {
     /// Address of /metrics and /healthz.
     #[arg(long, env = "FLASHSALE_METRICS_LISTEN", default_value = "127.0.0.1:0")]
     metrics_listen: SocketAddr,
+    /// The secret the risk scorer signs its webhook calls with
+    /// (`spec.risk.webhook`; the operator sets it from the spec's secretRef).
+    #[arg(long, env = "FLASHSALE_RISK_WEBHOOK_SECRET", hide_env_values = true)]
+    risk_webhook_secret: Option<String>,
 }
 
 #[derive(Args)]
@@ -441,6 +446,7 @@ async fn run_consumer(args: ConsumerArgs) -> anyhow::Result<()> {
             ..ConsumerSettings::default()
         },
         metrics: metrics.clone(),
+        risk_webhook: WebhookClient::new(args.risk_webhook_secret.map(String::into_bytes)),
     };
     let listener = tokio::net::TcpListener::bind(args.metrics_listen).await?;
     tracing::info!(listen = %listener.local_addr()?, "consumer metrics serving");

@@ -107,6 +107,8 @@ pub struct Metrics {
     pub payment_settlements: Family<SettlementLabels, Counter>,
     /// The admission queues.
     pub queue: QueueMetrics,
+    /// The risk scorers.
+    pub risk: RiskMetrics,
 }
 
 /// Labels of a refusal's reason.
@@ -140,6 +142,81 @@ pub struct ChallengeLabels {
     pub sale: String,
     /// Why: missing, forged, expired, another shopper's, reused...
     pub reason: &'static str,
+}
+
+/// The risk scorers' metrics (`spec.risk`).
+pub struct RiskMetrics {
+    /// Orders scored.
+    pub scored: Family<SaleLabels, Counter>,
+    /// Orders over the threshold, by what was done (`cancel`, `review`).
+    pub flagged: Family<VerdictLabels, Counter>,
+    /// Rules that fired, by rule.
+    pub rule_hits: Family<RuleLabels, Counter>,
+    /// From an order's acceptance to its score: the scorer's lag (the
+    /// payment rule's wait included).
+    pub delay_seconds: Family<SaleLabels, Histogram, fn() -> Histogram>,
+    /// Webhook calls that got no score in time.
+    pub webhook_silent: Family<SaleLabels, Counter>,
+}
+
+/// Labels of a risk verdict.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerdictLabels {
+    /// The sale.
+    #[prometheus(flatten)]
+    pub sale: SaleLabels,
+    /// `cancel` or `review`.
+    pub verdict: &'static str,
+}
+
+/// Labels of a risk rule.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleLabels {
+    /// The sale.
+    #[prometheus(flatten)]
+    pub sale: SaleLabels,
+    /// The rule's name (`paidWithin`, `shoppersPerNetwork`, ...).
+    pub rule: &'static str,
+}
+
+/// Buckets of a scoring delay: 0.1 s to ~55 min.
+fn delay_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.1, 2.0, 16))
+}
+
+impl RiskMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            scored: Family::default(),
+            flagged: Family::default(),
+            rule_hits: Family::default(),
+            delay_seconds: Family::new_with_constructor(delay_histogram),
+            webhook_silent: Family::default(),
+        };
+        let risk = registry.sub_registry_with_prefix("risk");
+        risk.register("scored", "Orders scored", metrics.scored.clone());
+        risk.register(
+            "flagged",
+            "Orders over the risk threshold, by verdict",
+            metrics.flagged.clone(),
+        );
+        risk.register(
+            "rule_hits",
+            "Risk rules that fired, by rule",
+            metrics.rule_hits.clone(),
+        );
+        risk.register(
+            "delay_seconds",
+            "From an order's acceptance to its risk score",
+            metrics.delay_seconds.clone(),
+        );
+        risk.register(
+            "webhook_silent",
+            "Risk webhook calls that got no score in time",
+            metrics.webhook_silent.clone(),
+        );
+        metrics
+    }
 }
 
 /// Buckets of a promised wait: 0.5 s to ~4.5 h.
@@ -255,9 +332,11 @@ impl Default for Metrics {
             payment_settlements.clone(),
         );
         let queue = QueueMetrics::register(&mut registry);
+        let risk = RiskMetrics::register(&mut registry);
         Self {
             registry,
             queue,
+            risk,
             requests,
             request_seconds,
             purchases,

@@ -13,8 +13,7 @@ use chrono::{DateTime, Utc};
 use common::{Answer, LiveSale, SaleSpec, consume_until_drained, within};
 use flashsale_testkit::browser::Browser;
 use flashsale_workload::domain::admission::{self, Admission, ChallengeRule};
-use flashsale_workload::domain::invariants;
-use flashsale_workload::load::{self, evidence::Told};
+use flashsale_workload::load::evidence::Told;
 use flashsale_workload::redis::RedisConn;
 use flashsale_workload::redis::keys::QueueKeys;
 use tokio::sync::Mutex;
@@ -948,16 +947,5 @@ async fn a_storm_of_twenty_times_the_stock_through_the_queue() {
     );
 
     consume_until_drained(&live.db, &live.store, &live.config).await;
-    let evidence = load::gather(
-        &live.db,
-        &live.store,
-        &flashsale_testkit::kafka_bootstrap(),
-        &live.config,
-        &told,
-        Duration::from_secs(60),
-    )
-    .await
-    .unwrap();
-    let verdicts = invariants::evaluate(&evidence).verdicts;
-    assert!(invariants::all_hold(&verdicts), "{verdicts:#?}");
+    live.assert_invariants(&told).await;
 }

@@ -216,6 +216,7 @@ async fn poison_messages_go_to_the_dead_letter_topic_and_units_come_back() {
         idempotency_key: None,
         purchase_token: None,
         persisted: false,
+        signals: Default::default(),
     };
     let producer: FutureProducer = client_config(&stack::kafka_bootstrap()).create().unwrap();
     let topic = topics::orders_topic(sale);

@@ -55,6 +55,7 @@ pub async fn run(rate: f64, duration: Duration, partitions: i32) -> anyhow::Resu
         idempotency_key: None,
         purchase_token: None,
         persisted: false,
+        signals: Default::default(),
     };
     let payload = order.to_payload();
     let keys: Vec<String> = (0..1000).map(|i| format!("shopper-{i}")).collect();

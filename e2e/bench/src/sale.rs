@@ -44,6 +44,7 @@ pub fn config(name: &str, stock: i64, shards: u32, limit: i64) -> anyhow::Result
         payment_timeout: Duration::from_secs(3600),
         purchase_token_ttl: None,
         admission: None,
+        risk: None,
     })
 }
 

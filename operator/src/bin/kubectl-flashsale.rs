@@ -1,5 +1,6 @@
 //! `kubectl flashsale`: a sale's status, the plan of a manifest before it is
-//! applied, the kill switch and restocks, and the merchant's report. Found by
+//! applied, the kill switch and restocks, the merchant's report and the
+//! risk scorer's suspects. Found by
 //! kubectl through `PATH`; colours only on a terminal.
 
 use std::io::Read;
@@ -69,6 +70,12 @@ enum Command {
         /// The FlashSale.
         name: String,
     },
+    /// Risk scoring (`spec.risk`): orders scored, cancelled and held, and
+    /// the highest-scored shoppers with what each rule saw.
+    Risk {
+        /// The FlashSale.
+        name: String,
+    },
 }
 
 const MANAGER: &str = "kubectl-flashsale";
@@ -123,6 +130,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 .await
                 .context(format!("FlashSale {name}"))?;
             anstream::print!("{}", cli::report(&fs).map_err(anyhow::Error::msg)?);
+        }
+        Command::Risk { name } => {
+            let fs = sales
+                .get(&name)
+                .await
+                .context(format!("FlashSale {name}"))?;
+            anstream::print!("{}", cli::risk_report(&fs).map_err(anyhow::Error::msg)?);
         }
     }
     Ok(())

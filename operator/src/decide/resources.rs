@@ -8,10 +8,10 @@ use flashsale_workload::domain::budget::PurchaseBudget;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EnvFromSource, EnvVar, HTTPGetAction, KeyToPath,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
-    Secret, SecretEnvSource, SecretVolumeSource, SecurityContext, TopologySpreadConstraint, Volume,
-    VolumeMount,
+    Capabilities, Container, ContainerPort, EnvFromSource, EnvVar, EnvVarSource, HTTPGetAction,
+    KeyToPath, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
+    SeccompProfile, Secret, SecretEnvSource, SecretKeySelector, SecretVolumeSource,
+    SecurityContext, TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -237,6 +237,26 @@ fn container(fs: &FlashSale, settings: &WorkloadSettings, name: &str, args: &[&s
     }
 }
 
+/// The risk webhook's signing secret (`spec.risk.webhook.secretRef`), for
+/// the scorer beside each consumer. Optional: a missing Secret must not
+/// keep consumers from persisting orders; the scorer then counts the
+/// webhook as silent.
+fn webhook_secret(fs: &FlashSale) -> Option<EnvVar> {
+    let reference = &fs.spec.risk.as_ref()?.webhook.as_ref()?.secret_ref;
+    Some(EnvVar {
+        name: "FLASHSALE_RISK_WEBHOOK_SECRET".into(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: reference.name.clone(),
+                key: reference.key.clone(),
+                optional: Some(true),
+            }),
+            ..EnvVarSource::default()
+        }),
+    })
+}
+
 /// The pods' volumes: the services' CA, from the sale's Secret, if any.
 fn volumes(fs: &FlashSale, settings: &WorkloadSettings) -> Option<Vec<Volume>> {
     let sale = fs.metadata.name.as_deref().unwrap_or_default();
@@ -275,6 +295,9 @@ pub fn consumer_deployment(fs: &FlashSale, settings: &WorkloadSettings) -> Deplo
         ..ContainerPort::default()
     }]);
     consumer.resources = Some(resources(cpu, memory, "1", memory_limit));
+    if let Some(secret) = webhook_secret(fs) {
+        consumer.env.get_or_insert_with(Vec::new).push(secret);
+    }
     let health = Probe {
         http_get: Some(HTTPGetAction {
             path: Some("/healthz".into()),
@@ -476,6 +499,57 @@ mod tests {
         // Without one, nothing is mounted.
         let plain = consumer_deployment(&sale(), &settings());
         assert!(plain.spec.unwrap().template.spec.unwrap().volumes.is_none());
+    }
+
+    #[test]
+    fn the_risk_webhook_secret_reaches_the_consumers_only_and_optionally() {
+        let secret_env = |fs: &FlashSale| {
+            let pod = consumer_deployment(fs, &settings())
+                .spec
+                .unwrap()
+                .template
+                .spec
+                .unwrap();
+            pod.containers[0]
+                .env
+                .clone()
+                .unwrap()
+                .into_iter()
+                .find(|e| e.name == "FLASHSALE_RISK_WEBHOOK_SECRET")
+        };
+        assert!(secret_env(&sale()).is_none(), "no webhook, no secret");
+        let mut with_webhook = sale();
+        with_webhook.spec.risk = Some(
+            serde_json::from_value(serde_json::json!({
+                "webhook": {"url": "https://risk.shop.example/score",
+                            "secretRef": {"name": "risk-hook", "key": "secret"}}
+            }))
+            .unwrap(),
+        );
+        let reference = secret_env(&with_webhook)
+            .unwrap()
+            .value_from
+            .unwrap()
+            .secret_key_ref
+            .unwrap();
+        assert_eq!(
+            (reference.name.as_str(), reference.key.as_str()),
+            ("risk-hook", "secret")
+        );
+        assert_eq!(
+            reference.optional,
+            Some(true),
+            "a missing Secret must not stop persistence"
+        );
+        let final_job = job(&with_webhook, &settings(), JobKind::Final);
+        let env = final_job.spec.unwrap().template.spec.unwrap().containers[0]
+            .env
+            .clone();
+        assert!(
+            !env.unwrap()
+                .iter()
+                .any(|e| e.name == "FLASHSALE_RISK_WEBHOOK_SECRET")
+        );
     }
 
     #[test]

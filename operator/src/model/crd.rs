@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 pub use flashsale_workload::orders::order::SaleSummary;
 
+use super::timeline::duration_text;
 use super::timeline::{Timeline, to_chrono};
 
 /// A flash sale: stock of one SKU sold in a time window, at most
@@ -110,6 +111,13 @@ pub struct FlashSaleSpec {
     /// What the sale does while Redis is down or has lost its state.
     #[serde(default)]
     pub degradation: Degradation,
+
+    /// Scalpers found after the purchase: orders scored from their
+    /// behaviour, those over the threshold cancelled or held for review.
+    /// Off when absent. May change at any time; orders already scored keep
+    /// their verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk: Option<super::risk::Risk>,
 }
 
 fn default_purchase_limit() -> i32 {
@@ -145,28 +153,6 @@ impl Default for Sharding {
             shards: default_shards(),
         }
     }
-}
-
-/// Writes a duration the way people write one (`30m`, `1h30m`, `100ms`), not
-/// as seconds (`1800s`): what the CRD's defaults show in `kubectl get -o yaml`.
-pub fn duration_text<S: serde::Serializer>(d: &Duration, out: S) -> Result<S::Ok, S::Error> {
-    let d = std::time::Duration::from(*d);
-    let mut text = String::new();
-    let (secs, millis) = (d.as_secs(), d.subsec_millis());
-    for (amount, unit) in [
-        (secs / 3600, "h"),
-        (secs / 60 % 60, "m"),
-        (secs % 60, "s"),
-        (u64::from(millis), "ms"),
-    ] {
-        if amount > 0 {
-            text.push_str(&format!("{amount}{unit}"));
-        }
-    }
-    if text.is_empty() {
-        text.push_str("0s");
-    }
-    out.serialize_str(&text)
 }
 
 /// A Go-style duration bounded by CEL at apply time.
@@ -514,6 +500,9 @@ pub struct FlashSaleStatus {
     /// The merchant's summary of the orders, once the window is over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<SaleSummary>,
+    /// What the risk scorer did (`spec.risk`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk: Option<super::risk::RiskStatus>,
     /// Conditions: Ready, Warmed, Live, Paused, SoldOut, ConsumersReady,
     /// Reconciled, CleanedUp, Degraded.
     #[serde(default)]

@@ -44,6 +44,7 @@ pub fn sale_config(fs: &FlashSale, stock: i64, generation: i64) -> Result<SaleCo
             .required
             .then(|| spec.anti_bot.token_ttl.into()),
         admission: admission(&spec.admission),
+        risk: spec.risk.as_ref().map(super::risk::Risk::policy),
     })
 }
 

@@ -51,6 +51,31 @@ pub fn next_transition(
     .find(|(_, at)| *at > now)
 }
 
+/// Writes a duration the way people write one (`30m`, `1h30m`, `100ms`), not
+/// as seconds (`1800s`): what the CRD's defaults show in `kubectl get -o yaml`.
+pub fn duration_text<S: serde::Serializer>(
+    d: &kube::core::Duration,
+    out: S,
+) -> Result<S::Ok, S::Error> {
+    let d = std::time::Duration::from(*d);
+    let mut text = String::new();
+    let (secs, millis) = (d.as_secs(), d.subsec_millis());
+    for (amount, unit) in [
+        (secs / 3600, "h"),
+        (secs / 60 % 60, "m"),
+        (secs % 60, "s"),
+        (u64::from(millis), "ms"),
+    ] {
+        if amount > 0 {
+            text.push_str(&format!("{amount}{unit}"));
+        }
+    }
+    if text.is_empty() {
+        text.push_str("0s");
+    }
+    out.serialize_str(&text)
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

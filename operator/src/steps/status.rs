@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use flashsale_workload::metrics::SaleLabels;
 use flashsale_workload::orders::order as orders;
+use flashsale_workload::orders::risk as risk_rows;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::EventType;
@@ -23,6 +24,7 @@ use crate::model::crd::{
     ConsumersStatus, FlashSale, FlashSaleStatus, ReconciliationSummary, SaleState, SaleSummary,
     StockStatus,
 };
+use crate::model::risk::{RiskStatus, TOP_SUSPECTS};
 use crate::model::timeline::to_time;
 use crate::steps::apply::Applied;
 use crate::steps::observe::Observation;
@@ -47,6 +49,7 @@ pub async fn write(ctx: &Context, fs: &FlashSale, outcome: &Outcome<'_>) -> Resu
     let previous = fs.status.clone().unwrap_or_default();
     let status = FlashSaleStatus {
         summary: summary(ctx, fs, outcome.obs, &previous).await,
+        risk: risk(ctx, fs, outcome.obs, &previous).await,
         ..decided_status(fs, outcome, &previous, now)
     };
     record_metrics(ctx, fs, outcome.obs, outcome.decided.state, &status, now);
@@ -73,6 +76,13 @@ pub async fn write(ctx: &Context, fs: &FlashSale, outcome: &Outcome<'_>) -> Resu
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .insert(uid, Instant::now());
+    if let Some((reason, note)) = status
+        .risk
+        .as_ref()
+        .and_then(|risk| risk.news(previous.risk.as_ref()))
+    {
+        publish(ctx, fs, EventType::Normal, reason, "ScoreOrders", note).await;
+    }
     if previous.state != status.state {
         let from = previous
             .state
@@ -103,7 +113,7 @@ async fn patch(ctx: &Context, fs: &FlashSale, status: &FlashSaleStatus) -> Resul
     Ok(())
 }
 
-/// The status from what was observed and decided, but the summary.
+/// The status from what was observed and decided, but the summary and risk.
 fn decided_status(
     fs: &FlashSale,
     outcome: &Outcome<'_>,
@@ -157,6 +167,7 @@ fn decided_status(
             .chain(previous.periodic_reconciliations)
             .max(),
         summary: None,
+        risk: None,
         last_reconciliation: obs.last_run.as_ref().map(|r| ReconciliationSummary {
             time: to_time(r.finished_at),
             drift_found: r.drift_found,
@@ -267,6 +278,32 @@ async fn summary(
         Err(e) => {
             tracing::warn!(sale = %obs.config.sale, error = %e, "orders summary unreadable");
             previous.summary.clone()
+        }
+    }
+}
+
+/// What the risk scorer did, for a sale with `spec.risk` or that had it
+/// (the last one known while PostgreSQL does not answer).
+async fn risk(
+    ctx: &Context,
+    fs: &FlashSale,
+    obs: &Observation,
+    previous: &FlashSaleStatus,
+) -> Option<RiskStatus> {
+    if fs.spec.risk.is_none() && previous.risk.is_none() {
+        return None;
+    }
+    let id = obs.config.id;
+    let read = async {
+        let summary = risk_rows::summary(&ctx.db, id).await?;
+        let suspects = risk_rows::suspects(&ctx.db, id, TOP_SUSPECTS).await?;
+        Ok::<_, sqlx::Error>(RiskStatus::of(summary, suspects))
+    };
+    match read.await {
+        Ok(status) => Some(status),
+        Err(e) => {
+            tracing::warn!(sale = %obs.config.sale, error = %e, "risk summary unreadable");
+            previous.risk.clone()
         }
     }
 }

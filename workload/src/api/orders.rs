@@ -20,6 +20,7 @@ use crate::domain::order::{
     ORDER_TIME_SLACK, OrderEvent, OrderStatus, may_be_shoppers, may_name_an_order,
 };
 use crate::domain::purchase::ReservationState;
+use crate::domain::risk::{PurchaseSignals, network_of};
 use crate::domain::shard::home_shard;
 use crate::intake::{Purchase, Refusal};
 use crate::janitor::return_to_redis;
@@ -88,6 +89,12 @@ pub struct OrderView {
     /// Why it failed (FAILED only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure_reason: Option<String>,
+    /// Set when the sale's risk checks acted on it: `RISK` (cancelled, or
+    /// refunded when paid, for risk; its units went back on sale) or
+    /// `HELD_FOR_REVIEW` (kept; the merchant looks at it before shipping).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = "RISK")]
+    pub risk: Option<&'static str>,
 }
 
 /// A request body as a JSON object with known fields only: serde alone
@@ -210,6 +217,10 @@ pub async fn purchase(
             .ok_or_else(|| ApiError::not_found(format!("no sale named {name:?}")))?;
         known = Some(view.config.sale.clone());
         let token = super::tokens::shown(&state, &view, &shopper, &headers)?;
+        let signals = PurchaseSignals {
+            client_network: Some(network_of(ip)),
+            token_issued_ms: token.map(|(_, issued_ms)| issued_ms),
+        };
         // Its own task: a shopper who hangs up must not stop a purchase
         // half-way (units taken from a donor shard, or reserved, and left so).
         let (intake, catalog) = (state.intake.clone(), state.catalog.clone());
@@ -218,7 +229,8 @@ pub async fn purchase(
                 shopper: &shopper,
                 quantity,
                 idempotency_key: key.as_deref(),
-                token,
+                token: token.map(|(token, _)| token),
+                signals,
             };
             intake.purchase(&catalog, &view, &request).await
         })
@@ -421,6 +433,11 @@ pub async fn find_order(
             created_at: order.accepted_at,
             updated_at: order.updated_at,
             failure_reason: order.failure_reason,
+            risk: match order.risk_verdict.as_deref() {
+                Some("CANCEL") => Some("RISK"),
+                Some("REVIEW") => Some("HELD_FOR_REVIEW"),
+                _ => None,
+            },
         }));
     }
     // Not persisted yet: the reservation sits in the shopper's home shard of
@@ -460,6 +477,7 @@ pub async fn find_order(
             created_at: created,
             updated_at: created,
             failure_reason,
+            risk: None,
         }));
     }
     // Accepted during a sale whose Redis state was lost, not persisted yet:

@@ -76,7 +76,30 @@ pub async fn issue(
     if now >= view.config.end {
         return Err(ApiError::from(Refusal::Ended));
     }
-    mint(&view, shopper, secret, now).map(Json)
+    let token = mint(&view, shopper.clone(), secret, now)?;
+    count_issued(&state, &view, shopper);
+    Ok(Json(token))
+}
+
+/// Counts the token for the risk scorer's tokens-per-shopper rule, without
+/// making the shopper wait: a count lost to a slow Redis only weakens one
+/// signal, a token refused for it would refuse a purchase.
+fn count_issued(state: &AppState, view: &SaleView, shopper: String) {
+    if view.config.risk.is_none() {
+        return;
+    }
+    let store = state.intake.store().clone();
+    let (sale, shards) = (view.config.sale.clone(), view.config.shards);
+    tokio::spawn(async move {
+        let counted = tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            store.count_token_issued(&sale, shards, &shopper),
+        )
+        .await;
+        if !matches!(counted, Ok(Ok(()))) {
+            tracing::debug!(%sale, "a purchase token was not counted for the risk scorer");
+        }
+    });
 }
 
 /// A purchase token for `shopper` in `view`'s sale, from `now`. A sale that
@@ -93,10 +116,7 @@ pub(super) fn mint(
             "the shopper id is too long for a purchase token",
         ));
     }
-    let ttl = view
-        .config
-        .purchase_token_ttl
-        .unwrap_or(purchase_token::DEFAULT_TTL);
+    let ttl = token_ttl(view);
     let expires_at = now + chrono::Duration::from_std(ttl).map_err(|_| ApiError::internal())?;
     let claims = TokenClaims {
         sale_id: view.config.id,
@@ -110,17 +130,25 @@ pub(super) fn mint(
     })
 }
 
+/// How long the sale's tokens are good for once issued.
+fn token_ttl(view: &SaleView) -> std::time::Duration {
+    view.config
+        .purchase_token_ttl
+        .unwrap_or(purchase_token::DEFAULT_TTL)
+}
+
 /// For a sale that requires tokens: checks the purchase's token (signed for
 /// this shopper and sale, not expired by this API's clock) and returns what
 /// the purchase script uses up as it reserves: single use is decided there,
 /// atomically with the reservation (a retry with the same `Idempotency-Key`
-/// is answered before the token is looked at).
+/// is answered before the token is looked at), with when the token was
+/// issued (Unix ms, for the risk scorer).
 pub(super) fn shown(
     state: &AppState,
     view: &SaleView,
     shopper: &str,
     headers: &HeaderMap,
-) -> Result<Option<TokenUse>, ApiError> {
+) -> Result<Option<(TokenUse, i64)>, ApiError> {
     if view.config.purchase_token_ttl.is_none() && view.config.admission.is_none() {
         return Ok(None);
     }
@@ -146,8 +174,10 @@ pub(super) fn shown(
     let now_ms = Utc::now().timestamp_millis();
     let claims = purchase_token::verify(secret, token.trim(), view.config.id, shopper, now_ms)
         .map_err(|e| ApiError::token_invalid(e.to_string()))?;
-    Ok(Some(TokenUse {
+    let issued_ms = claims.expires_ms - token_ttl(view).as_millis() as i64;
+    let token = TokenUse {
         nonce: claims.nonce,
         remember: purchase_token::remember_used(claims.expires_ms, now_ms),
-    }))
+    };
+    Ok(Some((token, issued_ms)))
 }

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::domain::purchase_token::UsedToken;
+use crate::domain::risk::PurchaseSignals;
 use crate::domain::sale::SaleRef;
 
 /// An accepted order on its way to the database. JSON on the wire; the
@@ -38,6 +39,9 @@ pub struct OrderMessage {
     /// database: persisted already, with no reservation to claim.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub persisted: bool,
+    /// What the API saw that only the risk scorer reads.
+    #[serde(default, skip_serializing_if = "PurchaseSignals::is_empty")]
+    pub signals: PurchaseSignals,
 }
 
 impl OrderMessage {
@@ -72,6 +76,10 @@ mod tests {
                 until_ms: 1_700_000_090_000,
             }),
             persisted: false,
+            signals: PurchaseSignals {
+                client_network: Some("203.0.113.0/24".into()),
+                token_issued_ms: Some(1_700_000_000_000),
+            },
         };
         let payload = message.to_payload();
         assert_eq!(OrderMessage::from_payload(&payload).unwrap(), message);

@@ -17,6 +17,12 @@ pub fn consumer_group(sale: &SaleRef) -> String {
     format!("flashsale.{}.{}.consumers", sale.namespace, sale.name)
 }
 
+/// The consumer group that scores the sale's orders (`spec.risk`): its own,
+/// so persistence never waits for scoring.
+pub fn risk_group(sale: &SaleRef) -> String {
+    format!("flashsale.{}.{}.risk", sale.namespace, sale.name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -28,6 +34,7 @@ mod tests {
             orders_topic(&sale),
             dead_letter_topic(&sale),
             consumer_group(&sale),
+            risk_group(&sale),
         ];
         for name in &names {
             assert!(name.len() <= 249, "{name}");
@@ -38,6 +45,7 @@ mod tests {
             );
         }
         assert_eq!(names[0], "flashsale.shop.iphone-drop.orders");
-        assert_ne!(names[0], names[1]);
+        let unique: std::collections::HashSet<_> = names.iter().collect();
+        assert_eq!(unique.len(), names.len());
     }
 }

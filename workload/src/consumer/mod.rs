@@ -117,8 +117,8 @@ struct Item {
 }
 
 enum ItemState {
-    /// To be claimed and persisted.
-    Pending(OrderMessage),
+    /// To be claimed and persisted (boxed: a batch holds thousands).
+    Pending(Box<OrderMessage>),
     /// Can never be persisted: to be dead-lettered for this reason.
     Poison(&'static str),
     /// Persisted, dropped or dead-lettered.
@@ -347,7 +347,9 @@ impl SaleConsumer {
             .map(|message| {
                 let state = match message.payload().map(OrderMessage::from_payload) {
                     // A wrong sale id under our name is checked once claimed.
-                    Some(Ok(order)) if order.sale == self.config.sale => ItemState::Pending(order),
+                    Some(Ok(order)) if order.sale == self.config.sale => {
+                        ItemState::Pending(Box::new(order))
+                    }
                     Some(Ok(_)) => ItemState::Poison("message of another sale"),
                     _ => ItemState::Poison("unparseable order message"),
                 };

@@ -15,6 +15,8 @@ use super::{ConsumerSettings, Ended, STALL_AFTER, SaleConsumer};
 use crate::domain::sale::SaleConfig;
 use crate::metrics::{Metrics, SaleLabels};
 use crate::redis::store::SaleStore;
+use crate::risk::Scorer;
+use crate::risk::webhook::WebhookClient;
 
 /// How often the set of sales is re-read.
 const DISCOVER_EVERY: Duration = Duration::from_secs(2);
@@ -32,46 +34,68 @@ pub struct Supervisor {
     pub settings: ConsumerSettings,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// How the sales' risk scorers ask the merchants' services.
+    pub risk_webhook: WebhookClient,
 }
 
 impl Supervisor {
+    /// Runs the sale's consumer, and its risk scorer beside it (idle while
+    /// the sale has no `spec.risk`), until `stop`.
     fn spawn(&self, config: SaleConfig, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let scorer = Scorer::new(
+            &self.bootstrap,
+            config.clone(),
+            self.db.clone(),
+            self.store.clone(),
+            self.metrics.clone(),
+            self.risk_webhook.clone(),
+        );
+        let scoring = tokio::spawn({
+            let stop = stop.clone();
+            async move { scorer.run(stop).await }
+        });
         let this = self.clone();
         tokio::spawn(async move {
-            let sale = config.sale.clone();
-            // A stalled consumer is replaced by a new client, in the group
-            // again; its partitions are redelivered from the committed offsets.
-            while !stop.is_cancelled() {
-                let consumer = match SaleConsumer::new(
-                    &this.bootstrap,
-                    config.clone(),
-                    this.db.clone(),
-                    this.store.clone(),
-                    this.settings,
-                    this.metrics.clone(),
-                ) {
-                    Ok(consumer) => consumer,
-                    Err(e) => {
-                        tracing::error!(%sale, error = %e, "cannot start the consumer");
-                        return;
-                    }
-                };
-                match consumer.run(stop.clone()).await {
-                    Ended::Stopped => return,
-                    Ended::Stalled { unreceived } => {
-                        tracing::warn!(
-                            %sale,
-                            unreceived,
-                            "no message for {STALL_AFTER:?} while its partitions hold some: rebuilding the Kafka consumer"
-                        );
-                        this.metrics
-                            .consumer_rebuilds
-                            .get_or_create(&SaleLabels::from(&sale))
-                            .inc();
-                    }
+            this.consume(config, stop).await;
+            let _ = scoring.await;
+        })
+    }
+
+    /// Runs the sale's consumer until `stop`, rebuilt when it stalls.
+    async fn consume(&self, config: SaleConfig, stop: CancellationToken) {
+        let sale = config.sale.clone();
+        // A stalled consumer is replaced by a new client, in the group
+        // again; its partitions are redelivered from the committed offsets.
+        while !stop.is_cancelled() {
+            let consumer = match SaleConsumer::new(
+                &self.bootstrap,
+                config.clone(),
+                self.db.clone(),
+                self.store.clone(),
+                self.settings,
+                self.metrics.clone(),
+            ) {
+                Ok(consumer) => consumer,
+                Err(e) => {
+                    tracing::error!(%sale, error = %e, "cannot start the consumer");
+                    return;
+                }
+            };
+            match consumer.run(stop.clone()).await {
+                Ended::Stopped => return,
+                Ended::Stalled { unreceived } => {
+                    tracing::warn!(
+                        %sale,
+                        unreceived,
+                        "no message for {STALL_AFTER:?} while its partitions hold some: rebuilding the Kafka consumer"
+                    );
+                    self.metrics
+                        .consumer_rebuilds
+                        .get_or_create(&SaleLabels::from(&sale))
+                        .inc();
                 }
             }
-        })
+        }
     }
 
     /// Consumes `find`'s sale until `stop`: waits for its row to exist first.

@@ -9,6 +9,7 @@ pub mod payment;
 pub mod purchase;
 pub mod purchase_token;
 pub mod reconcile;
+pub mod risk;
 pub mod sale;
 pub mod seal;
 pub mod shard;

@@ -94,6 +94,8 @@ pub struct SaleConfig {
     /// Shoppers queue and are admitted at a rate (`spec.admission` with
     /// `mode: queue`); `None`: open, anyone may buy.
     pub admission: Option<super::admission::Admission>,
+    /// Orders are scored after the purchase (`spec.risk`); `None`: not scored.
+    pub risk: Option<super::risk::RiskPolicy>,
 }
 
 impl SaleConfig {
@@ -114,6 +116,7 @@ impl SaleConfig {
             payment_timeout: Duration::from_secs(900),
             purchase_token_ttl: None,
             admission: None,
+            risk: None,
         }
     }
 

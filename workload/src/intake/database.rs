@@ -15,6 +15,7 @@ use crate::bus::message::OrderMessage;
 use crate::bus::producer::OrderProducer;
 use crate::catalog::SaleView;
 use crate::domain::order::mint_order_id;
+use crate::domain::risk::PurchaseSignals;
 use crate::domain::shard::home_shard;
 use crate::metrics::{Metrics, SaleLabels};
 use crate::orders::direct::{self, DirectDecision};
@@ -102,7 +103,7 @@ impl ThroughDatabase {
             .orders_through_database
             .get_or_create(&SaleLabels::from(&config.sale))
             .inc();
-        publish(view, &order, producer, deadline).await;
+        publish(view, &order, &request.signals, producer, deadline).await;
         Ok(Accepted {
             order_id: order.id,
             replay: false,
@@ -112,7 +113,13 @@ impl ThroughDatabase {
 
 /// Produces the persisted `order` to its sale's topic, marked persisted,
 /// by `deadline`; a failure is logged (the order stands on its commit).
-async fn publish(view: &SaleView, order: &NewOrder, producer: &OrderProducer, deadline: Instant) {
+async fn publish(
+    view: &SaleView,
+    order: &NewOrder,
+    signals: &PurchaseSignals,
+    producer: &OrderProducer,
+    deadline: Instant,
+) {
     let config = &view.config;
     let message = OrderMessage {
         order_id: order.id,
@@ -125,6 +132,7 @@ async fn publish(view: &SaleView, order: &NewOrder, producer: &OrderProducer, de
         idempotency_key: order.idempotency_key.clone(),
         purchase_token: order.purchase_token,
         persisted: true,
+        signals: signals.clone(),
     };
     let failure = match timeout_at(deadline, producer.send(&message)).await {
         Ok(Ok(())) => return,

@@ -21,6 +21,7 @@ use crate::domain::breaker::Breaker;
 use crate::domain::budget::PurchaseBudget;
 use crate::domain::order::mint_order_id;
 use crate::domain::purchase::{ReleaseOutcome, ReservationState, ShardDecision};
+use crate::domain::risk::PurchaseSignals;
 use crate::domain::sale::SaleRef;
 use crate::domain::shard::{donors, home_shard};
 use crate::domain::stock::{SoldOutVerdict, sold_out};
@@ -99,6 +100,8 @@ pub struct Purchase<'a> {
     pub idempotency_key: Option<&'a str>,
     /// The purchase token it uses up, for a sale that needs one.
     pub token: Option<TokenUse>,
+    /// What the risk scorer reads of it.
+    pub signals: PurchaseSignals,
 }
 
 /// The purchase path's dependencies and breakers.
@@ -244,6 +247,7 @@ impl Intake {
             idempotency_key: request.idempotency_key.map(str::to_string),
             purchase_token: request.token.map(|t| t.used_until(accepted_at_ms)),
             persisted: false,
+            signals: request.signals.clone(),
         };
         let started = Instant::now();
         let produced = timeout_at(deadline, self.producer.send(&message)).await;

@@ -5,6 +5,7 @@ pub mod direct;
 pub mod order;
 pub mod payment;
 pub mod reconciliation;
+pub mod risk;
 pub mod sales;
 
 use std::time::Duration;

@@ -34,6 +34,9 @@ pub struct OrderRecord {
     pub created_at: DateTime<Utc>,
     /// Last status change.
     pub updated_at: DateTime<Utc>,
+    /// What the sale's risk scorer decided of it (`PASS`, `CANCEL`,
+    /// `REVIEW`), once scored.
+    pub risk_verdict: Option<String>,
 }
 
 #[derive(FromRow)]
@@ -49,6 +52,7 @@ struct OrderRow {
     accepted_at: DateTime<Utc>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
+    risk_verdict: Option<String>,
 }
 
 impl OrderRow {
@@ -66,6 +70,7 @@ impl OrderRow {
             accepted_at: self.accepted_at,
             created_at: self.created_at,
             updated_at: self.updated_at,
+            risk_verdict: self.risk_verdict,
         }
     }
 }
@@ -74,8 +79,9 @@ impl OrderRow {
 pub async fn find<'e>(db: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<Option<OrderRecord>> {
     let row: Option<OrderRow> = sqlx::query_as(
         "SELECT o.id, o.sale_id, s.name AS sale_name, o.shopper, o.quantity, o.shard, o.status,
-                o.failure_reason, o.accepted_at, o.created_at, o.updated_at
+                o.failure_reason, o.accepted_at, o.created_at, o.updated_at, r.verdict AS risk_verdict
          FROM orders o JOIN sales s ON s.id = o.sale_id
+         LEFT JOIN order_risk r ON r.order_id = o.id
          WHERE o.id = $1",
     )
     .bind(id)

@@ -7,6 +7,7 @@ use sqlx::{FromRow, PgExecutor};
 use uuid::Uuid;
 
 use crate::domain::admission::{Admission, ChallengeRule};
+use crate::domain::risk::RiskPolicy;
 pub use crate::domain::sale::RedisLife;
 use crate::domain::sale::{SaleConfig, SaleRef};
 
@@ -33,9 +34,10 @@ struct SaleRow {
     redis_lost_at: Option<DateTime<Utc>>,
     selling_through_database_at: Option<DateTime<Utc>>,
     drained_at: Option<DateTime<Utc>>,
+    risk: Option<sqlx::types::Json<RiskPolicy>>,
 }
 
-const SALE_COLUMNS: &str = "id, namespace, name, sku, stock, start_at, end_at, purchase_limit, shards, generation, payment_timeout_ms, purchase_token_ttl_ms, admission_prequeue_ms, admission_rate, challenge_difficulty, challenge_max_difficulty, incarnation, opened_at, redis_lost_at, selling_through_database_at, drained_at";
+const SALE_COLUMNS: &str = "id, namespace, name, sku, stock, start_at, end_at, purchase_limit, shards, generation, payment_timeout_ms, purchase_token_ttl_ms, admission_prequeue_ms, admission_rate, challenge_difficulty, challenge_max_difficulty, incarnation, opened_at, redis_lost_at, selling_through_database_at, drained_at, risk";
 
 /// A sale's row as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +90,7 @@ impl SaleRow {
                 .purchase_token_ttl_ms
                 .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
             admission,
+            risk: self.risk.map(|policy| policy.0),
         })
     }
 
@@ -381,8 +384,8 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, config: &SaleConfig) -> sqlx::R
     let challenge = admission.and_then(|a| a.challenge.as_ref());
     let row: SaleRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "INSERT INTO sales (id, namespace, name, sku, stock, start_at, end_at, purchase_limit, shards, payment_timeout_ms, purchase_token_ttl_ms,
-                            admission_prequeue_ms, admission_rate, challenge_difficulty, challenge_max_difficulty)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+                            admission_prequeue_ms, admission_rate, challenge_difficulty, challenge_max_difficulty, risk)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
          ON CONFLICT (id) DO UPDATE SET
            stock = CASE WHEN EXCLUDED.stock >= sales.sold THEN EXCLUDED.stock ELSE sales.stock END,
            generation = sales.generation
@@ -396,6 +399,7 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, config: &SaleConfig) -> sqlx::R
            admission_rate = EXCLUDED.admission_rate,
            challenge_difficulty = EXCLUDED.challenge_difficulty,
            challenge_max_difficulty = EXCLUDED.challenge_max_difficulty,
+           risk = EXCLUDED.risk,
            updated_at = now()
          RETURNING {SALE_COLUMNS}"
     )))
@@ -420,6 +424,7 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, config: &SaleConfig) -> sqlx::R
     .bind(admission.map(|a| i32::try_from(a.rate_per_sec).unwrap_or(i32::MAX)))
     .bind(challenge.map(|c| i16::from(c.difficulty)))
     .bind(challenge.map(|c| i16::from(c.max_difficulty)))
+    .bind(config.risk.as_ref().map(sqlx::types::Json))
     .fetch_one(db)
     .await?;
     Ok(row

@@ -34,6 +34,9 @@ pub struct ShardKeys {
     pub in_transit: String,
     /// Units a shrink took out of this shard, by shrink id.
     pub withdrawals: String,
+    /// Purchase tokens issued per shopper whose home is this shard (read
+    /// by the risk scorer only).
+    pub tokens_issued: String,
 }
 
 impl ShardKeys {
@@ -51,6 +54,7 @@ impl ShardKeys {
             transfers_in: format!("{base}:xin"),
             in_transit: format!("{base}:xpend"),
             withdrawals: format!("{base}:wd"),
+            tokens_issued: format!("{base}:tokens"),
         }
     }
 
@@ -65,7 +69,7 @@ impl ShardKeys {
     }
 
     /// All keys of the shard, for cleanup.
-    pub fn all(&self) -> [&str; 10] {
+    pub fn all(&self) -> [&str; 11] {
         [
             &self.meta,
             &self.stock,
@@ -77,6 +81,7 @@ impl ShardKeys {
             &self.transfers_in,
             &self.in_transit,
             &self.withdrawals,
+            &self.tokens_issued,
         ]
     }
 }

@@ -23,6 +23,7 @@ use crate::domain::reconcile::{DbSnapshot, Repair, ShardSnapshot, TransferOut, p
 use crate::domain::sale::{
     LoadedSale, SaleConfig, SaleMeta, SaleRef, ShardLoad, shard_loads, verify_load,
 };
+use crate::domain::shard::home_shard;
 use crate::domain::stock::{ShardProbe, active_withdrawal, shrink_id};
 
 /// A Redis call failed, or answered what the scripts never answer.
@@ -172,6 +173,35 @@ fn read_claim_reply(fields: Vec<ReplyField>) -> Result<ClaimOutcome, UnexpectedR
 }
 
 impl SaleStore {
+    /// Counts a purchase token issued to `shopper`, on the shopper's home
+    /// shard: the risk scorer's tokens-per-shopper rule reads it.
+    pub async fn count_token_issued(
+        &self,
+        sale: &SaleRef,
+        shards: u32,
+        shopper: &str,
+    ) -> Result<(), StoreError> {
+        let keys = ShardKeys::new(sale, home_shard(shopper, shards));
+        let _: i64 = self
+            .conn
+            .clone()
+            .hincr(&keys.tokens_issued, shopper, 1)
+            .await?;
+        Ok(())
+    }
+
+    /// Purchase tokens issued to `shopper` in the sale.
+    pub async fn tokens_issued(
+        &self,
+        sale: &SaleRef,
+        shards: u32,
+        shopper: &str,
+    ) -> Result<u32, StoreError> {
+        let keys = ShardKeys::new(sale, home_shard(shopper, shards));
+        let count: Option<u32> = self.conn.clone().hget(&keys.tokens_issued, shopper).await?;
+        Ok(count.unwrap_or(0))
+    }
+
     /// A store over `conn`.
     pub fn new(conn: RedisConn) -> Self {
         Self { conn }

@@ -20,6 +20,7 @@ use flashsale_workload::bus::producer::ProducerSettings;
 use flashsale_workload::bus::topics;
 use flashsale_workload::domain::admission::Admission;
 use flashsale_workload::domain::budget::PurchaseBudget;
+use flashsale_workload::domain::risk::RiskPolicy;
 use flashsale_workload::domain::sale::{SaleConfig, SaleRef};
 use flashsale_workload::orders;
 use flashsale_workload::redis::store::SaleStore;
@@ -114,6 +115,7 @@ pub struct SaleSpec {
     pub payment_timeout: Duration,
     pub purchase_token_ttl: Option<Duration>,
     pub admission: Option<Admission>,
+    pub risk: Option<RiskPolicy>,
 }
 
 impl SaleSpec {
@@ -130,6 +132,7 @@ impl SaleSpec {
             payment_timeout: Duration::from_secs(900),
             purchase_token_ttl: None,
             admission: None,
+            risk: None,
         }
     }
 }
@@ -150,6 +153,7 @@ pub async fn create_sale(db: &PgPool, spec: &SaleSpec) -> SaleConfig {
         payment_timeout: spec.payment_timeout,
         purchase_token_ttl: spec.purchase_token_ttl,
         admission: spec.admission,
+        risk: spec.risk.clone(),
     };
     let config = orders::sales::upsert(db, &config).await.unwrap();
     let bootstrap = stack::kafka_bootstrap();
@@ -721,6 +725,24 @@ impl LiveSale {
             store,
             db,
         }
+    }
+
+    /// Gathers what the stores hold once the orders settled and asserts
+    /// I1–I6 against what the shoppers were `told`.
+    pub async fn assert_invariants(&self, told: &flashsale_workload::load::Told) {
+        use flashsale_workload::domain::invariants;
+        let evidence = flashsale_workload::load::gather(
+            &self.db,
+            &self.store,
+            &stack::kafka_bootstrap(),
+            &self.config,
+            told,
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+        let verdicts = invariants::evaluate(&evidence).verdicts;
+        assert!(invariants::all_hold(&verdicts), "{verdicts:#?}");
     }
 
     /// Units left over all shards.
