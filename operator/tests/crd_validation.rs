@@ -190,6 +190,15 @@ async fn invalid_manifests_are_refused_with_the_field_named() {
             "degradation.redisDown: database is allowed up to 10000 units",
         ),
         (
+            "risk with consumers scaling to zero",
+            with(
+                with(base.clone(), "spec.risk", json!({})),
+                "spec.consumers.minReplicas",
+                json!(0),
+            ),
+            "spec.risk needs consumers.minReplicas of at least 1",
+        ),
+        (
             "risk.action unknown",
             with(base.clone(), "spec.risk.action", json!("ban")),
             "spec.risk.action",

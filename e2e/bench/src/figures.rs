@@ -11,6 +11,7 @@ use crate::funnel::CheapAnswers;
 use crate::intake::{self, Intake};
 use crate::operator::OperatorFigures;
 use crate::persist::Persist;
+use crate::risk::Scoring;
 
 /// One row of the table.
 #[derive(Debug, Clone, Serialize)]
@@ -246,6 +247,26 @@ pub fn persistence(persist: &Persist) -> Figure {
         format!("ratio {ratio:.2}"),
         "ratio >= 0.5",
         ratio >= 0.5,
+    )
+}
+
+/// Risk scoring's pace against the storm's, same orders, same run. The
+/// scorer's input is the accepted orders, bounded by the stock: the goal is
+/// a sale of 100,000 units scored within a minute of its last purchase.
+pub fn risk_scoring(scoring: &Scoring, persist: &Persist, intake: &Intake) -> Figure {
+    let accepted = intake.max_rate.accepted_per_sec;
+    let ratio = scoring.per_sec / accepted.max(1.0);
+    let goal = 100_000.0 / 60.0;
+    figure(
+        "risk-scored orders/s by one consumer's scorer (every rule)",
+        format!(
+            "{:.0}/s ({} orders; persisted {:.0}/s)",
+            scoring.per_sec, scoring.orders, persist.consumer_per_sec
+        ),
+        &format!("purchases accepted by the API in this run: {accepted:.0}/s"),
+        format!("ratio {ratio:.2}"),
+        &format!(">= {goal:.0}/s (100,000 units scored in a minute)"),
+        scoring.per_sec >= goal,
     )
 }
 

@@ -16,6 +16,7 @@ mod operator;
 mod persist;
 mod procs;
 mod queue;
+mod risk;
 mod sale;
 mod svg;
 
@@ -305,6 +306,12 @@ async fn main() -> anyhow::Result<()> {
         "persist: {:.0} orders/s by the consumer, {:.0}/s by COPY",
         persist.consumer_per_sec, persist.copy_per_sec
     );
+    eprintln!("risk: a scorer reads the same orders, every rule evaluated");
+    let scoring = risk::run(&db, &intake.config, intake.told.accepted.len() as i64).await?;
+    eprintln!(
+        "risk: {:.0} orders/s scored ({} orders)",
+        scoring.per_sec, scoring.orders
+    );
     eprintln!("invariants: gathering the evidence of this run");
     let evidence = load::gather(
         &db,
@@ -355,6 +362,7 @@ async fn main() -> anyhow::Result<()> {
     }
     figures.push(figures::through_database(&through_database, &intake));
     figures.push(figures::persistence(&persist));
+    figures.push(figures::risk_scoring(&scoring, &persist, &intake));
     figures.push(figures::memory(intake.api_rss_peak_mib));
     if let Some(ops) = &ops {
         figures.extend(figures::operator(ops));

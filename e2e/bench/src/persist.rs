@@ -33,9 +33,19 @@ async fn persisted(db: &PgPool, sale: uuid::Uuid) -> anyhow::Result<i64> {
     )
 }
 
-/// Starts a consumer for the sale (whose orders wait in Kafka), measures from
-/// its first persisted order to the last, then COPYs the same rows.
-pub async fn run(db: &PgPool, config: &SaleConfig, expected: i64) -> anyhow::Result<Persist> {
+/// Starts a consumer process for the sale (pinned to core 1, its output in
+/// the `log` file) and measures how fast `count` grows from its first
+/// movement to `expected`: (counted in that stretch, per second).
+pub async fn consumer_rate<F, Fut>(
+    config: &SaleConfig,
+    log: &str,
+    expected: i64,
+    count: F,
+) -> anyhow::Result<(i64, f64)>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<i64>>,
+{
     let mut consumer = procs::pinned("1", procs::release_bin("flashsale"));
     consumer
         .args([
@@ -46,29 +56,36 @@ pub async fn run(db: &PgPool, config: &SaleConfig, expected: i64) -> anyhow::Res
             &config.sale.name,
         ])
         .env("DATABASE_URL", stack::database_url());
-    let consumer = Proc::start(&procs::log("consumer"), consumer)?;
+    let consumer = Proc::start(&procs::log(log), consumer)?;
     let deadline = Instant::now() + Duration::from_secs(600);
     let (mut first_at, mut first_count) = (None, 0);
-    let mut count;
+    let mut counted;
     loop {
-        count = persisted(db, config.id).await?;
-        if first_at.is_none() && count > 0 {
+        counted = count().await?;
+        if first_at.is_none() && counted > 0 {
             first_at = Some(Instant::now());
-            first_count = count;
+            first_count = counted;
         }
-        if count >= expected {
+        if counted >= expected {
             break;
         }
         anyhow::ensure!(
             Instant::now() < deadline,
-            "the consumer persisted {count} of {expected} in 10 min"
+            "the {log} counted {counted} of {expected} in 10 min"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let took = first_at.map_or(Duration::ZERO, |t| t.elapsed());
     consumer.stop().await;
-    let measured = count - first_count;
-    let consumer_per_sec = measured as f64 / took.as_secs_f64().max(1e-3);
+    let measured = counted - first_count;
+    Ok((measured, measured as f64 / took.as_secs_f64().max(1e-3)))
+}
+
+/// Starts a consumer for the sale (whose orders wait in Kafka), measures from
+/// its first persisted order to the last, then COPYs the same rows.
+pub async fn run(db: &PgPool, config: &SaleConfig, expected: i64) -> anyhow::Result<Persist> {
+    let (measured, consumer_per_sec) =
+        consumer_rate(config, "consumer", expected, || persisted(db, config.id)).await?;
 
     // The same rows, by COPY, into a scratch copy of the table.
     let rows: Vec<String> = sqlx::query_scalar(

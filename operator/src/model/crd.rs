@@ -48,6 +48,7 @@ use super::timeline::{Timeline, to_chrono};
 #[x_kube(validation = Rule::new("self.consumers.minReplicas <= self.consumers.maxReplicas").message("consumers.minReplicas must not exceed consumers.maxReplicas"))]
 #[x_kube(validation = Rule::new("!has(self.consumers.maxLag) || self.consumers.maxLag >= self.consumers.lagPerReplica").message("consumers.maxLag must be at least consumers.lagPerReplica"))]
 #[x_kube(validation = Rule::new("self.degradation.redisDown != 'database' || self.stock <= 10000").message("degradation.redisDown: database is allowed up to 10000 units: every purchase then takes the sale's one database row (see docs/reliability.md)"))]
+#[x_kube(validation = Rule::new("!has(self.risk) || self.consumers.minReplicas >= 1").message("spec.risk needs consumers.minReplicas of at least 1: orders are scored beside the consumers, after the topic has drained too"))]
 #[x_kube(validation = Rule::new("duration(self.payment.timeout) <= duration(self.cleanup.after)").message("payment.timeout must not exceed cleanup.after: unpaid orders are cancelled by the sale's consumers, which are removed at cleanup"))]
 #[serde(rename_all = "camelCase")]
 pub struct FlashSaleSpec {

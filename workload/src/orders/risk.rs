@@ -96,14 +96,22 @@ struct StandingRow {
 /// The standing of each of `order_ids` (all seen), in one query.
 pub async fn standings(db: &PgPool, order_ids: &[Uuid]) -> sqlx::Result<Vec<(Uuid, Standing)>> {
     let rows: Vec<StandingRow> = sqlx::query_as(
-        "SELECT r.order_id, r.shopper, r.verdict, o.status, o.created_at,
+        "WITH batch AS (SELECT * FROM order_risk WHERE order_id = ANY($1)),
+         -- Each network of the batch counted once (a crowded /24 holds
+         -- thousands of the sale's orders; counting it per order is quadratic).
+         networks AS (
+           SELECT n.sale_id, n.client_network, count(DISTINCT n.shopper) AS shoppers
+           FROM order_risk n
+           WHERE (n.sale_id, n.client_network) IN (SELECT sale_id, client_network FROM batch)
+           GROUP BY n.sale_id, n.client_network
+         )
+         SELECT r.order_id, r.shopper, r.verdict, o.status, o.created_at,
                 EXTRACT(EPOCH FROM (p.started_at - o.created_at))::float8 * 1000 AS to_payment_ms,
                 EXTRACT(EPOCH FROM (r.accepted_at - r.token_issued_at))::float8 * 1000 AS token_to_purchase_ms,
-                CASE WHEN r.client_network IS NULL THEN 0 ELSE
-                  (SELECT count(DISTINCT n.shopper) FROM order_risk n
-                   WHERE n.sale_id = r.sale_id AND n.client_network = r.client_network) END AS shoppers_in_network,
+                COALESCE(w.shoppers, 0) AS shoppers_in_network,
                 h.other_orders, h.other_cancelled
-         FROM order_risk r
+         FROM batch r
+         LEFT JOIN networks w ON w.sale_id = r.sale_id AND w.client_network = r.client_network
          LEFT JOIN orders o ON o.id = r.order_id
          LEFT JOIN LATERAL (SELECT min(started_at) AS started_at FROM payments WHERE order_id = r.order_id) p ON true
          LEFT JOIN LATERAL (
@@ -112,8 +120,7 @@ pub async fn standings(db: &PgPool, order_ids: &[Uuid]) -> sqlx::Result<Vec<(Uui
            FROM orders x
            WHERE x.shopper = r.shopper AND x.id <> r.order_id AND x.status <> 'FAILED'
              AND NOT EXISTS (SELECT 1 FROM order_risk y WHERE y.order_id = x.id AND y.verdict = 'CANCEL')
-         ) h ON true
-         WHERE r.order_id = ANY($1)",
+         ) h ON true",
     )
     .bind(order_ids)
     .fetch_all(db)
@@ -148,21 +155,43 @@ impl StandingRow {
     }
 }
 
-/// Records an order's score and verdict, once.
-pub async fn record_verdict(
-    db: &PgPool,
-    order_id: Uuid,
-    score: &Score,
-    verdict: Verdict,
-) -> sqlx::Result<()> {
+/// An order scored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Judged {
+    /// The order.
+    pub order_id: Uuid,
+    /// The buyer.
+    pub shopper: String,
+    /// Its score and why.
+    pub score: Score,
+    /// What it means.
+    pub verdict: Verdict,
+}
+
+/// Records the orders' scores and verdicts, each once, in one statement.
+pub async fn record_verdicts(db: &PgPool, judged: &[Judged]) -> sqlx::Result<()> {
+    if judged.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = judged.iter().map(|j| j.order_id).collect();
+    let scores: Vec<i32> = judged
+        .iter()
+        .map(|j| i32::try_from(j.score.total).unwrap_or(i32::MAX))
+        .collect();
+    let hits: Vec<serde_json::Value> = judged
+        .iter()
+        .map(|j| serde_json::to_value(&j.score.hits).unwrap_or_default())
+        .collect();
+    let verdicts: Vec<&str> = judged.iter().map(|j| j.verdict.as_str()).collect();
     sqlx::query(
-        "UPDATE order_risk SET scored_at = now(), score = $2, hits = $3, verdict = $4
-         WHERE order_id = $1 AND verdict IS NULL",
+        "UPDATE order_risk r SET scored_at = now(), score = v.score, hits = v.hits, verdict = v.verdict
+         FROM UNNEST($1::uuid[], $2::int[], $3::jsonb[], $4::text[]) AS v(order_id, score, hits, verdict)
+         WHERE r.order_id = v.order_id AND r.verdict IS NULL",
     )
-    .bind(order_id)
-    .bind(i32::try_from(score.total).unwrap_or(i32::MAX))
-    .bind(sqlx::types::Json(&score.hits))
-    .bind(verdict.as_str())
+    .bind(&ids)
+    .bind(&scores)
+    .bind(&hits)
+    .bind(&verdicts)
     .execute(db)
     .await?;
     Ok(())

@@ -27,7 +27,7 @@ use crate::domain::risk::{self, RiskAction, RiskPolicy, Score, Verdict};
 use crate::domain::sale::SaleConfig;
 use crate::janitor::return_to_redis;
 use crate::metrics::{Metrics, RuleLabels, SaleLabels, VerdictLabels};
-use crate::orders::risk::{self as rows, Seen, Standing};
+use crate::orders::risk::{self as rows, Judged, Seen, Standing};
 use crate::redis::store::SaleStore;
 use webhook::{RiskQuestion, WebhookClient};
 
@@ -242,12 +242,7 @@ impl Scorer {
                 })
                 .collect();
             let (count, all) = (ready.len(), ready.len() == ids.len());
-            // Side by side: a webhook's timeout is not paid once per order.
-            futures::stream::iter(ready)
-                .map(|(id, standing)| self.settle(policy, id, standing))
-                .buffer_unordered(CONCURRENT_ORDERS)
-                .try_collect::<Vec<()>>()
-                .await?;
+            self.settle(policy, ready).await?;
             let labels = SaleLabels::from(&self.config.sale);
             let delay = self.metrics.risk.delay_seconds.get_or_create(&labels);
             for front in waiting.drain(..count) {
@@ -261,45 +256,66 @@ impl Scorer {
         Ok(done)
     }
 
-    /// Scores a ready order; for one scored before a restart, applies its
-    /// cancel again (idempotent), in case the restart came between the two.
+    /// Scores the `ready` orders side by side (a webhook's timeout is not
+    /// paid once per order), records their verdicts in one statement, then
+    /// cancels the flagged ones; an order scored before a restart has its
+    /// cancel applied again (idempotent), in case the restart came between.
     async fn settle(
         &self,
         policy: &RiskPolicy,
-        id: Uuid,
-        standing: Standing,
+        ready: Vec<(Uuid, Standing)>,
     ) -> anyhow::Result<()> {
-        match standing {
-            Standing::Scored { shopper, verdict } => {
-                if verdict == Verdict::Act(RiskAction::Cancel).as_str() {
-                    self.cancel(id, &shopper).await?;
+        let mut cancels = Vec::new();
+        let mut judged = Vec::new();
+        for (id, standing) in ready {
+            match standing {
+                Standing::Scored { shopper, verdict } => {
+                    if verdict == Verdict::Act(RiskAction::Cancel).as_str() {
+                        cancels.push((id, shopper));
+                    }
                 }
+                Standing::Ready {
+                    shopper,
+                    status,
+                    facts,
+                    ..
+                } => judged.push(self.judge(policy, id, shopper, status, facts)),
+                Standing::Pending => {}
             }
-            Standing::Ready {
-                shopper,
-                status,
-                facts,
-                ..
-            } => self.judge(policy, id, &shopper, status, facts).await?,
-            Standing::Pending => {}
         }
+        let judged: Vec<Judged> = futures::stream::iter(judged)
+            .buffer_unordered(CONCURRENT_ORDERS)
+            .collect()
+            .await;
+        rows::record_verdicts(&self.db, &judged).await?;
+        for j in judged {
+            self.observe(&j.score, j.verdict);
+            if j.verdict == Verdict::Act(RiskAction::Cancel) {
+                cancels.push((j.order_id, j.shopper));
+            }
+        }
+        futures::stream::iter(cancels)
+            .map(|(id, shopper)| async move { self.cancel(id, &shopper).await })
+            .buffer_unordered(CONCURRENT_ORDERS)
+            .try_collect::<Vec<()>>()
+            .await?;
         Ok(())
     }
 
-    /// Scores one persisted order and acts on its verdict.
+    /// Scores one persisted order.
     async fn judge(
         &self,
         policy: &RiskPolicy,
         order_id: Uuid,
-        shopper: &str,
+        shopper: String,
         status: crate::domain::order::OrderStatus,
         mut facts: risk::OrderFacts,
-    ) -> anyhow::Result<()> {
+    ) -> Judged {
         if policy.rules.tokens_per_shopper.weight > 0 {
             // A Redis that does not answer weakens one signal only.
             facts.tokens_requested = self
                 .store
-                .tokens_issued(&self.config.sale, self.config.shards, shopper)
+                .tokens_issued(&self.config.sale, self.config.shards, &shopper)
                 .await
                 .unwrap_or(0);
         }
@@ -308,7 +324,7 @@ impl Scorer {
             let question = RiskQuestion {
                 order_id,
                 sale: self.config.sale.to_string(),
-                shopper,
+                shopper: &shopper,
                 score: score.total,
                 hits: &score.hits,
             };
@@ -323,12 +339,12 @@ impl Scorer {
             Verdict::Act(RiskAction::Cancel) if !status.holds_stock() => Verdict::Pass,
             verdict => verdict,
         };
-        rows::record_verdict(&self.db, order_id, &score, verdict).await?;
-        if verdict == Verdict::Act(RiskAction::Cancel) {
-            self.cancel(order_id, shopper).await?;
+        Judged {
+            order_id,
+            shopper,
+            score,
+            verdict,
         }
-        self.observe(&score, verdict);
-        Ok(())
     }
 
     /// Cancels a flagged order and gives its units back to Redis (a failed
