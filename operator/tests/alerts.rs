@@ -179,6 +179,21 @@ async fn kafka_down_fires_the_degraded_alert_and_every_panel_has_data() {
     manifest["spec"]["warmup"] = serde_json::json!({"leadTime": "1s"});
     // A periodic reconciliation Job soon: the drift panel has a value.
     manifest["spec"]["reconcile"] = serde_json::json!({"interval": "15s"});
+    // Every order scored and held for review (one rule weighing 1, the
+    // threshold 1), the webhook silent (its Secret does not exist): the
+    // risk panels have values, and no unit moves.
+    manifest["spec"]["risk"] = serde_json::json!({
+        "action": "review",
+        "threshold": 1,
+        "rules": {
+            "paidWithin": {"weight": 0, "within": "0s"},
+            "shoppersPerNetwork": {"weight": 1, "over": 0},
+        },
+        "webhook": {
+            "url": "http://127.0.0.1:9/risk",
+            "secretRef": {"name": "no-such-secret", "key": "secret"},
+        },
+    });
     common::create_live(&sales, manifest).await;
     // A queued sale beside it, for the queue's panels.
     let mut queued = common::manifest("queued", &ns, 2, 900);

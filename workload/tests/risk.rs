@@ -466,3 +466,78 @@ async fn review_holds_token_hoarders_cancellers_and_whom_the_merchant_flags() {
     assert_eq!(live.remaining().await, 20 - orders.len() as i64);
     consumers.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_never_persisted_does_not_hold_the_others_unscored() {
+    use flashsale_workload::bus::{client_config, message::OrderMessage, topics};
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    common::init_logs();
+    let mut policy = default_policy();
+    policy.rules.paid_within.weight = 0;
+    let live = LiveSale::of_spec(
+        common::redis_node(),
+        |namespace| SaleSpec {
+            risk: Some(policy),
+            ..SaleSpec::live(namespace, 10, 1, 5)
+        },
+        |_| {},
+    )
+    .await;
+    let (db, config) = (&live.db, &live.config);
+    // A genuine reservation whose message is corrupted in flight: the
+    // consumers dead-letter it, and no order row ever comes.
+    let lost = Uuid::now_v7();
+    live.store
+        .purchase(&config.sale, 0, "mallory", 3, &lost.to_string(), None, None)
+        .await
+        .unwrap();
+    let corrupted = OrderMessage {
+        order_id: lost,
+        sale_id: config.id,
+        sale: config.sale.clone(),
+        shopper: "mallory".into(),
+        quantity: 1,
+        shard: 0,
+        accepted_at_ms: chrono::Utc::now().timestamp_millis(),
+        idempotency_key: None,
+        purchase_token: None,
+        persisted: false,
+        signals: Default::default(),
+    };
+    let producer: FutureProducer = client_config(&flashsale_testkit::kafka_bootstrap())
+        .create()
+        .unwrap();
+    producer
+        .send(
+            FutureRecord::to(&topics::orders_topic(&config.sale))
+                .key("mallory")
+                .payload(&corrupted.to_payload()),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    let consumers = Consumers::start(&live, None);
+    within(
+        Duration::from_secs(30),
+        "the scorer read the lost order",
+        || async { risk_rows::summary(db, config.id).await.unwrap().seen == 1 },
+    )
+    .await;
+    // Orders read after it.
+    let mut orders = Vec::new();
+    for i in 0..4 {
+        let shopper = format!("after-{i}");
+        let answer = live.api.buy(&config.sale, &shopper, 1).await;
+        assert_eq!(answer.status, 202, "{:?}", answer.body);
+        orders.push(answer.order_id().unwrap());
+    }
+    within(
+        Duration::from_secs(60),
+        "the orders after it scored",
+        || async { risk_rows::summary(db, config.id).await.unwrap().scored == orders.len() as i64 },
+    )
+    .await;
+    let summary = risk_rows::summary(db, config.id).await.unwrap();
+    assert_eq!(summary.seen, 4, "the lost order is forgotten: {summary:?}");
+    consumers.stop().await;
+}

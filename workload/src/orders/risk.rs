@@ -197,6 +197,16 @@ pub async fn record_verdicts(db: &PgPool, judged: &[Judged]) -> sqlx::Result<()>
     Ok(())
 }
 
+/// Forgets orders that will never be persisted (never scored, never counted
+/// in their network).
+pub async fn forget(db: &PgPool, order_ids: &[Uuid]) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM order_risk WHERE order_id = ANY($1) AND verdict IS NULL")
+        .bind(order_ids)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
 /// Cancels an order the scorer flagged, through the shopper's own cancel
 /// path (an UNPAID order is CANCELLED, a PAID one REFUNDED, its units given
 /// back to the sale and the shopper), and marks the money of a paid one

@@ -7,7 +7,7 @@
 
 pub mod webhook;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +21,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::bus::lag::LagReader;
 use crate::bus::message::OrderMessage;
 use crate::bus::{client_config, topics};
 use crate::domain::risk::{self, RiskAction, RiskPolicy, Score, Verdict};
@@ -37,6 +38,9 @@ const POLICY_EVERY: Duration = Duration::from_secs(2);
 const MAX_AHEAD: usize = 5_000;
 /// Most orders looked up in one query.
 const LOOKUP: usize = 500;
+/// How long an order may stay unpersisted before the scorer asks whether
+/// the persisting consumers passed it by.
+const GONE_AFTER: chrono::Duration = chrono::Duration::seconds(5);
 /// The scorer's database connections.
 const SCORER_CONNECTIONS: u32 = 4;
 /// Orders judged at once (each may wait on the merchant's webhook).
@@ -133,6 +137,7 @@ impl Scorer {
             .set("heartbeat.interval.ms", "2000")
             .create()?;
         consumer.subscribe(&[&topics::orders_topic(sale)])?;
+        let persisted_by = LagReader::new(&self.bootstrap, &topics::consumer_group(sale))?;
         tracing::info!(%sale, "risk scorer started");
         let mut waiting: VecDeque<Waiting> = VecDeque::new();
         let mut policy_read = tokio::time::Instant::now();
@@ -144,7 +149,9 @@ impl Scorer {
             )
             .await?;
             waiting.extend(seen.into_iter().map(|(_, w)| w));
-            let scored = self.score_ready(policy, &mut waiting).await?;
+            let scored = self
+                .score_ready(policy, &mut waiting, &persisted_by)
+                .await?;
             if !scored.is_empty() {
                 commit(&consumer, &topics::orders_topic(sale), &scored)?;
             }
@@ -224,6 +231,7 @@ impl Scorer {
         &self,
         policy: &RiskPolicy,
         waiting: &mut VecDeque<Waiting>,
+        persisted_by: &LagReader,
     ) -> anyhow::Result<Vec<Waiting>> {
         let wait = chrono::Duration::from_std(risk::observe_for(&policy.rules)).unwrap_or_default();
         let mut done = Vec::new();
@@ -231,6 +239,11 @@ impl Scorer {
             let ids: Vec<Uuid> = waiting.iter().take(LOOKUP).map(|w| w.order_id).collect();
             let mut standings: HashMap<Uuid, Standing> =
                 rows::standings(&self.db, &ids).await?.into_iter().collect();
+            let unpersisted: HashSet<Uuid> = ids
+                .iter()
+                .filter(|id| matches!(standings.get(id), None | Some(Standing::Pending)))
+                .copied()
+                .collect();
             let now = Utc::now();
             let ready: Vec<(Uuid, Standing)> = ids
                 .iter()
@@ -243,17 +256,75 @@ impl Scorer {
                 .collect();
             let (count, all) = (ready.len(), ready.len() == ids.len());
             self.settle(policy, ready).await?;
-            let labels = SaleLabels::from(&self.config.sale);
-            let delay = self.metrics.risk.delay_seconds.get_or_create(&labels);
-            for front in waiting.drain(..count) {
-                delay.observe((now - front.accepted_at).num_milliseconds().max(0) as f64 / 1000.0);
-                done.push(front);
+            {
+                // The metric's guard must not live across an await (it is not Send).
+                let labels = SaleLabels::from(&self.config.sale);
+                let delay = self.metrics.risk.delay_seconds.get_or_create(&labels);
+                for front in waiting.drain(..count) {
+                    let waited = (now - front.accepted_at).num_milliseconds().max(0);
+                    delay.observe(waited as f64 / 1000.0);
+                    done.push(front);
+                }
+            }
+            let stuck = waiting.front().is_some_and(|w| {
+                unpersisted.contains(&w.order_id) && now - w.accepted_at > GONE_AFTER
+            });
+            if stuck
+                && self
+                    .forget_passed_by(persisted_by, waiting, &unpersisted, now)
+                    .await?
+            {
+                continue;
             }
             if !all || count == 0 {
                 break;
             }
         }
         Ok(done)
+    }
+
+    /// Forgets the orders of `waiting` that will never be persisted: the
+    /// persisting consumers committed past their messages and no row came
+    /// (dropped: the shopper was told no; dead-lettered). Without this one
+    /// such message would hold every later order of its sale unscored.
+    /// Returns whether any was forgotten.
+    async fn forget_passed_by(
+        &self,
+        persisted_by: &LagReader,
+        waiting: &mut VecDeque<Waiting>,
+        unpersisted: &HashSet<Uuid>,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<bool> {
+        let lag = persisted_by
+            .read(&topics::orders_topic(&self.config.sale))
+            .await?;
+        let committed: HashMap<i32, i64> = lag
+            .partitions
+            .iter()
+            .filter_map(|p| p.committed.map(|c| (p.partition, c)))
+            .collect();
+        let passed: Vec<Uuid> = waiting
+            .iter()
+            .take(LOOKUP)
+            .filter(|w| unpersisted.contains(&w.order_id) && now - w.accepted_at > GONE_AFTER)
+            .filter(|w| committed.get(&w.partition).is_some_and(|&c| c > w.offset))
+            .map(|w| w.order_id)
+            .collect();
+        // Read after the offsets: a row is written before its commit, so one
+        // persisted meanwhile shows now.
+        let gone: HashSet<Uuid> = rows::standings(&self.db, &passed)
+            .await?
+            .into_iter()
+            .filter(|(_, s)| matches!(s, Standing::Pending))
+            .map(|(id, _)| id)
+            .collect();
+        if gone.is_empty() {
+            return Ok(false);
+        }
+        tracing::info!(sale = %self.config.sale, orders = gone.len(), "orders never persisted (refused or dead-lettered) are not scored");
+        rows::forget(&self.db, &gone.iter().copied().collect::<Vec<_>>()).await?;
+        waiting.retain(|w| !gone.contains(&w.order_id));
+        Ok(true)
     }
 
     /// Scores the `ready` orders side by side (a webhook's timeout is not
