@@ -382,3 +382,55 @@ fn nonce_of(token: &str, config: &SaleConfig, shopper: &str) -> Uuid {
     .unwrap()
     .nonce
 }
+
+/// A consumer that started while the broker was down takes its partitions
+/// up as soon as the broker is back. Until then librdkafka queued an error
+/// for every connection it tried (many a second: with no metadata yet, it
+/// keeps asking); the consumer must not work them off slowly ahead of the
+/// rebalance and the orders behind them (a fresh clone's chaos run,
+/// 2026-12-07: a consumer pod started as kafka-kill struck kept its
+/// partition's lag frozen for minutes, its 202s unpersisted until their
+/// reservations timed out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_started_during_a_broker_outage_persists_once_it_is_back() {
+    use flashsale_workload::consumer::{ConsumerSettings, SaleConsumer};
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let live = LiveSale::start(common::redis_node(), 100, 1, 10).await;
+    let sale = live.config.sale.clone();
+    let before = live.api.buy(&sale, "before", 1).await;
+    assert_eq!(before.status, 202, "{before:?}");
+    let mut accepted = vec![(before.order_id().unwrap(), "before".to_string())];
+
+    let outage = stack::ProxyDown::now("kafka");
+    let consumer = SaleConsumer::new(
+        &stack::kafka_proxied_bootstrap(),
+        live.config.clone(),
+        live.db.clone(),
+        live.store.clone(),
+        ConsumerSettings::default(),
+        std::sync::Arc::new(flashsale_workload::metrics::Metrics::default()),
+    )
+    .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn({
+        let stop = stop.clone();
+        async move { consumer.run(stop).await }
+    });
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    drop(outage);
+    for n in 0..5 {
+        let shopper = format!("after-{n}");
+        let answer = live.api.buy(&sale, &shopper, 1).await;
+        assert_eq!(answer.status, 202, "{answer:?}");
+        accepted.push((answer.order_id().unwrap(), shopper));
+    }
+    let back = std::time::Instant::now();
+    common::wait_drained(&live.config).await;
+    eprintln!("drained {:?} after the broker came back", back.elapsed());
+    stop.cancel();
+    running.await.unwrap();
+    for (order, shopper) in &accepted {
+        let seen = settled(&live, *order, shopper).await;
+        assert_eq!(seen.body["status"], "UNPAID", "{order}: {seen:?}");
+    }
+}

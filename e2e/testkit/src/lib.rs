@@ -186,6 +186,38 @@ impl Drop for Toxic {
     }
 }
 
+/// One of the stack's toxiproxy proxies switched off until this is dropped
+/// (panics included): its port refuses connections and the ones it carried
+/// are closed, as when the service behind it is killed.
+pub struct ProxyDown {
+    proxy: String,
+}
+
+impl ProxyDown {
+    /// Switches `proxy` (`redis`, `kafka`, `postgres`) off. Panics when
+    /// toxiproxy refuses: the fault would silently not be there.
+    pub fn now(proxy: &str) -> Self {
+        switch_proxy(proxy, false)
+            .unwrap_or_else(|e| panic!("toxiproxy did not switch {proxy} off: {e}; {START_HINT}"));
+        Self {
+            proxy: proxy.to_string(),
+        }
+    }
+}
+
+impl Drop for ProxyDown {
+    fn drop(&mut self) {
+        if let Err(e) = switch_proxy(&self.proxy, true) {
+            eprintln!("proxy {} not switched back on: {e}", self.proxy);
+        }
+    }
+}
+
+fn switch_proxy(proxy: &str, enabled: bool) -> Result<(), String> {
+    let body = format!(r#"{{"enabled": {enabled}}}"#);
+    toxiproxy(&["-X", "POST", "-d", &body], &format!("/proxies/{proxy}"))
+}
+
 /// One call of toxiproxy's HTTP API (curl: a drop must not need a runtime).
 fn toxiproxy(args: &[&str], path: &str) -> Result<(), String> {
     let out = std::process::Command::new("curl")

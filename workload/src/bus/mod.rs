@@ -1,11 +1,13 @@
 //! Thin adapter over Kafka (rdkafka): the one home of topic and consumer-group
 //! names ([`topics`]), topic administration ([`admin`]) and consumer-group lag
-//! ([`lag`]; each sale's, shared, in [`sale_lag`]).
+//! ([`lag`]; each sale's, shared, in [`sale_lag`]), and consumers' receive
+//! errors ([`receive_errors`]).
 
 pub mod admin;
 pub mod lag;
 pub mod message;
 pub mod producer;
+pub mod receive_errors;
 pub mod sale_lag;
 pub mod topics;
 

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::bus::lag::GroupLag;
 use crate::bus::message::OrderMessage;
+use crate::bus::receive_errors::ReceiveErrors;
 use crate::bus::{client_config, topics};
 use crate::domain::purchase::ReservationState;
 use crate::domain::sale::SaleConfig;
@@ -95,6 +96,7 @@ pub struct SaleConsumer {
     /// What this member asked to commit: what the group must hold once the
     /// commits went through.
     asked: std::sync::Mutex<AskedCommits>,
+    receive_errors: ReceiveErrors,
 }
 
 /// The offsets a member asked to commit, and when it last asked.
@@ -198,6 +200,7 @@ impl SaleConsumer {
             metrics,
             labels,
             asked: std::sync::Mutex::default(),
+            receive_errors: ReceiveErrors::default(),
         })
     }
 
@@ -295,10 +298,8 @@ impl SaleConsumer {
                 }
                 received = self.consumer.recv() => match received {
                     Ok(m) => break m.detach(),
-                    Err(e) => {
-                        tracing::warn!(sale = %self.config.sale, error = %e, "kafka receive failed");
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                    }
+                    // Not slept on: a rebalance or an order may be next.
+                    Err(e) => self.receive_errors.note(&self.config.sale, &e),
                 },
             }
         };
@@ -308,7 +309,7 @@ impl SaleConsumer {
             match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
                 Ok(Ok(m)) => batch.push(m.detach()),
                 Ok(Err(e)) => {
-                    tracing::warn!(sale = %self.config.sale, error = %e, "kafka receive failed");
+                    self.receive_errors.note(&self.config.sale, &e);
                     break;
                 }
                 Err(_) => break,

@@ -23,6 +23,7 @@ use uuid::Uuid;
 
 use crate::bus::lag::LagReader;
 use crate::bus::message::OrderMessage;
+use crate::bus::receive_errors::ReceiveErrors;
 use crate::bus::{client_config, topics};
 use crate::domain::risk::{self, RiskAction, RiskPolicy, Score, Verdict};
 use crate::domain::sale::SaleConfig;
@@ -64,6 +65,7 @@ pub struct Scorer {
     store: SaleStore,
     metrics: Arc<Metrics>,
     webhook: WebhookClient,
+    receive_errors: ReceiveErrors,
 }
 
 impl Scorer {
@@ -88,6 +90,7 @@ impl Scorer {
             store,
             metrics,
             webhook,
+            receive_errors: ReceiveErrors::default(),
         }
     }
 
@@ -187,7 +190,7 @@ impl Scorer {
             let message = match received {
                 Ok(Ok(message)) => message,
                 Ok(Err(e)) => {
-                    tracing::warn!(sale = %self.config.sale, error = %e, "kafka receive failed");
+                    self.receive_errors.note(&self.config.sale, &e);
                     break;
                 }
                 Err(_) => break,
