@@ -6,7 +6,7 @@ RUN ?= $(CURDIR)/.run
 export FLASHSALE_RUN := $(RUN)
 ENV := . $(RUN)/env &&
 
-.PHONY: help demo test up stack down status clean build release build-tests test-images crds check-crds bench chaos
+.PHONY: help demo test up stack down status clean build release build-tests test-images crds check-crds bench soak chaos
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -66,6 +66,11 @@ bench: ## every performance figure against its limit, in one run, with its invar
 	@$(STACK)/preflight.sh
 	@$(MAKE) --no-print-directory -j2 stack release
 	@$(ENV) taskset -c 0 target/release/flashsale-bench
+
+soak: ## an hour-long sale at half the maximum rate, sampled every 30 s, plotted (MINUTES=60)
+	@$(STACK)/preflight.sh
+	@$(MAKE) --no-print-directory -j2 stack release
+	@$(ENV) taskset -c 0 target/release/flashsale-bench --soak $(or $(MINUTES),60)
 
 chaos: ## live sales under faults, I1-I6 after every run (RUNS=20 per kind, KINDS=a,b, SEED=n replays)
 	@$(STACK)/preflight.sh

@@ -78,11 +78,11 @@ pub async fn run(secret: &[u8], duration: Duration) -> anyhow::Result<Bare> {
     let storm = |duration| crate::intake::storm(&url, "bare", secret, None, duration);
     // The same warm-up as the API's: connections and allocators settle.
     let _ = flashsale_workload::load::storm(storm(Duration::from_secs(2))).await?;
-    let before = cpu::snapshot(Some(server.pid()), "exited children");
+    let before = cpu::snapshot(&[(server.pid(), "API")], "exited children");
     let (report, _) = flashsale_workload::load::storm(storm(duration)).await?;
     let share = cpu::share(
         &before,
-        &cpu::snapshot(Some(server.pid()), "exited children"),
+        &cpu::snapshot(&[(server.pid(), "API")], "exited children"),
         report.requests as usize,
     );
     let status =

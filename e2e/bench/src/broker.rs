@@ -59,7 +59,7 @@ pub async fn run(rate: f64, duration: Duration, partitions: i32) -> anyhow::Resu
     };
     let payload = order.to_payload();
     let keys: Vec<String> = (0..1000).map(|i| format!("shopper-{i}")).collect();
-    let before = cpu::snapshot(None, "exited children");
+    let before = cpu::snapshot(&[], "exited children");
     let started = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_millis(1));
     let (mut sent, mut acked) = (0u64, 0u64);
@@ -84,7 +84,7 @@ pub async fn run(rate: f64, duration: Duration, partitions: i32) -> anyhow::Resu
     let secs = started.elapsed().as_secs_f64();
     let share = cpu::share(
         &before,
-        &cpu::snapshot(None, "exited children"),
+        &cpu::snapshot(&[], "exited children"),
         acked as usize,
     );
     admin.delete_topics(&[&topic]).await?;

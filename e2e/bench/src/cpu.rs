@@ -45,12 +45,19 @@ pub struct CpuShare {
 }
 
 /// The part of the stack a process belongs to, from its command name and
-/// command line; `me` and `api` are the benchmark's and the API's pids.
-fn group(pid: u32, comm: &str, cmdline: &str, me: u32, api: Option<u32>) -> &'static str {
+/// command line; `me` is the benchmark's pid, `named` the processes it
+/// started, each with its part ("API", "consumer").
+fn group(
+    pid: u32,
+    comm: &str,
+    cmdline: &str,
+    me: u32,
+    named: &[(u32, &'static str)],
+) -> &'static str {
     if pid == me {
         "load generator"
-    } else if Some(pid) == api {
-        "API"
+    } else if let Some((_, name)) = named.iter().find(|(p, _)| *p == pid) {
+        name
     } else if comm == "java" && cmdline.contains("kafka.Kafka") {
         "Kafka"
     } else if comm == "redis-server" {
@@ -123,10 +130,11 @@ fn parse_cores(proc_stat: &str) -> Vec<CoreTicks> {
         .collect()
 }
 
-/// Reads every process's CPU time and every core's busy time now; the time
-/// of the benchmark's children that exited (redis-benchmark) counts as
+/// Reads every process's CPU time and every core's busy time now, the
+/// processes of `named` counted under their parts; the time of the
+/// benchmark's children that exited (redis-benchmark) counts as
 /// `exited_children`.
-pub fn snapshot(api: Option<u32>, exited_children: &'static str) -> Snapshot {
+pub fn snapshot(named: &[(u32, &'static str)], exited_children: &'static str) -> Snapshot {
     let me = std::process::id();
     let mut groups = BTreeMap::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
@@ -139,7 +147,7 @@ pub fn snapshot(api: Option<u32>, exited_children: &'static str) -> Snapshot {
         let cmdline = std::fs::read_to_string(entry.path().join("cmdline")).unwrap_or_default();
         if let Some(stat) = parse_stat(&stat) {
             *groups
-                .entry(group(pid, stat.comm, &cmdline, me, api))
+                .entry(group(pid, stat.comm, &cmdline, me, named))
                 .or_insert(0) += stat.ticks;
             if pid == me {
                 *groups.entry(exited_children).or_insert(0) += stat.exited_children_ticks;
@@ -377,6 +385,7 @@ mod tests {
         let cases = [
             (7, "flashsale-bench", "x", "load generator"),
             (8, "flashsale", "x", "API"),
+            (10, "flashsale", "x", "consumer"),
             (
                 9,
                 "java",
@@ -393,7 +402,11 @@ mod tests {
             (9, "python3", "python3 x.py", "other"),
         ];
         for (pid, comm, cmdline, want) in cases {
-            assert_eq!(group(pid, comm, cmdline, 7, Some(8)), want, "{comm}");
+            assert_eq!(
+                group(pid, comm, cmdline, 7, &[(8, "API"), (10, "consumer")]),
+                want,
+                "{comm}"
+            );
         }
     }
 }

@@ -30,7 +30,7 @@ pub async fn statuses(
     duration: Duration,
 ) -> anyhow::Result<Statuses> {
     let client = Arc::new(PurchaseClient::new(url, sale, 1)?);
-    let before = cpu::snapshot(Some(server), "exited children");
+    let before = cpu::snapshot(&[(server, "API")], "exited children");
     let started = Instant::now();
     let deadline = started + duration;
     let readers = (0..clients).map(|_| {
@@ -58,7 +58,7 @@ pub async fn statuses(
         answered += n;
     }
     let per_sec = answered as f64 / started.elapsed().as_secs_f64();
-    let after = cpu::snapshot(Some(server), "exited children");
+    let after = cpu::snapshot(&[(server, "API")], "exited children");
     Ok(Statuses {
         per_sec,
         cpu: cpu::share(&before, &after, answered as usize),

@@ -169,7 +169,7 @@ pub struct HalfRate {
 }
 
 /// Adds what the shoppers of another storm were told.
-fn merge_told(told: &mut Told, other: Told) {
+pub fn merge_told(told: &mut Told, other: Told) {
     told.accepted.extend(other.accepted);
     told.unanswered.extend(other.unanswered);
     told.in_doubt.extend(other.in_doubt);
@@ -204,9 +204,9 @@ pub async fn run(
         .load_async(&mut store.conn())
         .await?;
     eprintln!("intake: redis-benchmark EVALSHA of purchase.lua, {CLIENTS} clients");
-    let before = cpu::snapshot(None, "redis-benchmark");
+    let before = cpu::snapshot(&[], "redis-benchmark");
     let baseline = redis_benchmark(&ShardKeys::new(&baseline_sale.sale, 0), 300_000)?;
-    let baseline_cpu = cpu::share(&before, &cpu::snapshot(None, "redis-benchmark"), 300_000);
+    let baseline_cpu = cpu::share(&before, &cpu::snapshot(&[], "redis-benchmark"), 300_000);
     // Gone before the API starts: the baseline's 300,000 reservations have
     // no order behind them, and the API's janitor would spend the rest of
     // the run releasing them (1,500/s, on the API's core and Redis's).
@@ -223,7 +223,7 @@ pub async fn run(
     eprintln!("intake: warming up, {WARM_UP:?}");
     let (_, mut told) = load::storm(storm(&url, &config.sale.name, &secret, None, WARM_UP)).await?;
     eprintln!("intake: closed loop, {CLIENTS} shoppers at a time, {seconds} s");
-    let before = cpu::snapshot(Some(api.pid()), "exited children");
+    let before = cpu::snapshot(&[(api.pid(), "API")], "exited children");
     let (max_rate, max_told) = load::storm(storm(
         &url,
         &config.sale.name,
@@ -234,7 +234,7 @@ pub async fn run(
     .await?;
     let max_rate_cpu = cpu::share(
         &before,
-        &cpu::snapshot(Some(api.pid()), "exited children"),
+        &cpu::snapshot(&[(api.pid(), "API")], "exited children"),
         max_rate.accepted_orders,
     );
     anyhow::ensure!(half_rate.runs >= 1, "at least one storm at half the rate");

@@ -9,6 +9,7 @@ mod broker;
 mod cpu;
 mod degraded;
 mod figures;
+mod footprint;
 mod funnel;
 mod intake;
 mod machine;
@@ -18,6 +19,7 @@ mod procs;
 mod queue;
 mod risk;
 mod sale;
+mod soak;
 mod svg;
 
 use std::path::PathBuf;
@@ -56,6 +58,10 @@ struct Args {
     /// Leave out the queue of a million shoppers (a minute or two).
     #[arg(long)]
     skip_queue: bool,
+    /// Instead of the figures, soak: a sale of this many minutes at half
+    /// the maximum rate, sampled every 30 s (`make soak`: 60).
+    #[arg(long, value_name = "MINUTES")]
+    soak: Option<u64>,
     /// Serve the bare handler (the benchmark runs itself so, pinned).
     #[arg(long = bare::FLAG, hide = true, value_name = "ADDRESS")]
     serve_bare_handler: Option<String>,
@@ -225,7 +231,8 @@ async fn main() -> anyhow::Result<()> {
     }
     let results = args.results.unwrap_or_else(|| {
         stack::repo_dir().join(format!(
-            "results/bench-{}",
+            "results/{}-{}",
+            if args.soak.is_some() { "soak" } else { "bench" },
             chrono::Utc::now().format("%Y%m%d-%H%M%S")
         ))
     });
@@ -267,6 +274,13 @@ async fn main() -> anyhow::Result<()> {
             .await
             .context("Redis")?,
     );
+    if let Some(minutes) = args.soak {
+        if !soak::run(&db, &store, &results, minutes).await? {
+            println!("FAIL: a goal or an invariant of the soak did not hold");
+            std::process::exit(1);
+        }
+        return Ok(());
+    }
 
     let half_rate = intake::HalfRate {
         runs: args.half_rate_runs,

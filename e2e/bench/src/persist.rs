@@ -7,7 +7,7 @@ use flashsale_testkit as stack;
 use flashsale_workload::domain::sale::SaleConfig;
 use sqlx::{Connection, PgPool};
 
-use crate::procs::{self, Proc};
+use crate::procs;
 
 /// The persistence measurements.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -46,17 +46,7 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<i64>>,
 {
-    let mut consumer = procs::pinned("1", procs::release_bin("flashsale"));
-    consumer
-        .args([
-            "consumer",
-            "--namespace",
-            &config.sale.namespace,
-            "--sale",
-            &config.sale.name,
-        ])
-        .env("DATABASE_URL", stack::database_url());
-    let consumer = Proc::start(&procs::log(log), consumer)?;
+    let consumer = procs::start_consumer(log, config)?;
     let deadline = Instant::now() + Duration::from_secs(600);
     let (mut first_at, mut first_count) = (None, 0);
     let mut counted;

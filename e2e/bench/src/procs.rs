@@ -61,6 +61,25 @@ pub async fn start_api(
     Ok(api)
 }
 
+/// Starts a release consumer of `config`'s sale pinned to core 1, its
+/// output in the `name` log.
+pub fn start_consumer(
+    name: &str,
+    config: &flashsale_workload::domain::sale::SaleConfig,
+) -> anyhow::Result<Proc> {
+    let mut consumer = pinned("1", release_bin("flashsale"));
+    consumer
+        .args([
+            "consumer",
+            "--namespace",
+            &config.sale.namespace,
+            "--sale",
+            &config.sale.name,
+        ])
+        .env("DATABASE_URL", stack::database_url());
+    Ok(Proc::start(&log(name), consumer)?)
+}
+
 /// A release binary of the workspace.
 pub fn release_bin(name: &str) -> PathBuf {
     stack::repo_dir().join("target/release").join(name)

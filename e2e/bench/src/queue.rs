@@ -101,11 +101,11 @@ pub async fn run(
         keep_below: u64::from(RATE) * 400,
         progress: true,
     };
-    let before = cpu::snapshot(Some(api.pid()), "exited children");
+    let before = cpu::snapshot(&[(api.pid(), "API")], "exited children");
     let mut joined = queue::join(&crowd).await?;
     let join_cpu = cpu::share(
         &before,
-        &cpu::snapshot(Some(api.pid()), "exited children"),
+        &cpu::snapshot(&[(api.pid(), "API")], "exited children"),
         joined.joined as usize,
     );
     let redis_bytes = used_memory(store).await?.saturating_sub(memory_before);
