@@ -67,7 +67,7 @@ bench: ## every performance figure against its limit, in one run, with its invar
 	@$(MAKE) --no-print-directory -j2 stack release
 	@$(ENV) taskset -c 0 target/release/flashsale-bench
 
-soak: ## an hour-long sale at half the maximum rate, sampled every 30 s, plotted (MINUTES=60)
+soak: ## an hour-long sale at a quarter of the maximum purchase rate, sampled every 30 s, plotted (MINUTES=60)
 	@$(STACK)/preflight.sh
 	@$(MAKE) --no-print-directory -j2 stack release
 	@$(ENV) taskset -c 0 target/release/flashsale-bench --soak $(or $(MINUTES),60)

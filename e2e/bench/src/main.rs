@@ -58,8 +58,8 @@ struct Args {
     /// Leave out the queue of a million shoppers (a minute or two).
     #[arg(long)]
     skip_queue: bool,
-    /// Instead of the figures, soak: a sale of this many minutes at half
-    /// the maximum rate, sampled every 30 s (`make soak`: 60).
+    /// Instead of the figures, soak: a sale of this many minutes at a
+    /// quarter of the maximum purchase rate, sampled every 30 s (`make soak`: 60).
     #[arg(long, value_name = "MINUTES")]
     soak: Option<u64>,
     /// Serve the bare handler (the benchmark runs itself so, pinned).
