@@ -528,12 +528,7 @@ async fn run_load(args: LoadArgs) -> anyhow::Result<()> {
         let evidence = load::gather(&db, &store, kafka, &config, &told, args.drain_timeout).await?;
         let checked = invariants::evaluate(&evidence).verdicts;
         for v in &checked {
-            let mark = match v.holds {
-                Some(true) => "ok  ",
-                Some(false) => "FAIL",
-                None => "n/a ",
-            };
-            println!("{mark} {} {:<17} {}", v.id, v.name, v.detail);
+            println!("{v}");
         }
         verdicts = Some(checked);
     }

@@ -183,20 +183,12 @@ async fn an_abandoned_reservation_is_released_and_a_produced_one_kept() {
     );
     // The consumers catch up: the produced order is persisted, the abandoned
     // reservation released.
-    let stop = tokio_util::sync::CancellationToken::new();
-    let consumer = flashsale_workload::consumer::SaleConsumer::new(
+    let consumer = common::RunningConsumer::start(
         &flashsale_testkit::kafka_bootstrap(),
-        live.config.clone(),
-        live.db.clone(),
-        live.store.clone(),
-        Default::default(),
-        std::sync::Arc::new(flashsale_workload::metrics::Metrics::default()),
-    )
-    .unwrap();
-    let running = tokio::spawn({
-        let stop = stop.clone();
-        async move { consumer.run(stop).await }
-    });
+        &live.db,
+        &live.store,
+        &live.config,
+    );
     let took = within(
         Duration::from_secs(10),
         "the abandoned reservation is released",
@@ -204,8 +196,7 @@ async fn an_abandoned_reservation_is_released_and_a_produced_one_kept() {
     )
     .await;
     println!("abandoned reservation released {took:?} after the consumer started");
-    stop.cancel();
-    running.await.unwrap();
+    consumer.stop().await;
     let ghost = live
         .store
         .reservation(sale, 0, &abandoned)

@@ -393,7 +393,6 @@ fn nonce_of(token: &str, config: &SaleConfig, shopper: &str) -> Uuid {
 /// reservations timed out).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_started_during_a_broker_outage_persists_once_it_is_back() {
-    use flashsale_workload::consumer::{ConsumerSettings, SaleConsumer};
     let _serial = ONE_AT_A_TIME.lock().await;
     let live = LiveSale::start(common::redis_node(), 100, 1, 10).await;
     let sale = live.config.sale.clone();
@@ -402,20 +401,12 @@ async fn a_consumer_started_during_a_broker_outage_persists_once_it_is_back() {
     let mut accepted = vec![(before.order_id().unwrap(), "before".to_string())];
 
     let outage = stack::ProxyDown::now("kafka");
-    let consumer = SaleConsumer::new(
+    let consumer = common::RunningConsumer::start(
         &stack::kafka_proxied_bootstrap(),
-        live.config.clone(),
-        live.db.clone(),
-        live.store.clone(),
-        ConsumerSettings::default(),
-        std::sync::Arc::new(flashsale_workload::metrics::Metrics::default()),
-    )
-    .unwrap();
-    let stop = tokio_util::sync::CancellationToken::new();
-    let running = tokio::spawn({
-        let stop = stop.clone();
-        async move { consumer.run(stop).await }
-    });
+        &live.db,
+        &live.store,
+        &live.config,
+    );
     tokio::time::sleep(Duration::from_secs(30)).await;
     drop(outage);
     for n in 0..5 {
@@ -427,8 +418,7 @@ async fn a_consumer_started_during_a_broker_outage_persists_once_it_is_back() {
     let back = std::time::Instant::now();
     common::wait_drained(&live.config).await;
     eprintln!("drained {:?} after the broker came back", back.elapsed());
-    stop.cancel();
-    running.await.unwrap();
+    consumer.stop().await;
     for (order, shopper) in &accepted {
         let seen = settled(&live, *order, shopper).await;
         assert_eq!(seen.body["status"], "UNPAID", "{order}: {seen:?}");

@@ -62,11 +62,9 @@ pub async fn stack_parts(store: &SaleStore, api: u32, consumer: u32) -> anyhow::
         .await?;
     let redis = info_field(&info, "process_id")
         .ok_or_else(|| anyhow::anyhow!("Redis's INFO has no process_id"))?;
-    let pid_file = |name: &str| -> anyhow::Result<u32> {
-        let path = stack::run_dir().join("pids").join(format!("{name}.pid"));
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| anyhow::anyhow!("{}: {e} (is the stack up?)", path.display()))?;
-        Ok(text.trim().parse()?)
+    let pid_file = |name: &str| {
+        stack::stack_pid(name)
+            .ok_or_else(|| anyhow::anyhow!("no pid recorded for {name}: is the stack up?"))
     };
     Ok(vec![
         Part::Process("API", api),

@@ -396,12 +396,7 @@ async fn main() -> anyhow::Result<()> {
     print_table(&machine, &figures, &shares);
     println!("\ninvariants of this run:");
     for v in &verdicts {
-        let mark = match v.holds {
-            Some(true) => "ok  ",
-            Some(false) => "FAIL",
-            None => "n/a ",
-        };
-        println!("  {mark} {} {:<17} {}", v.id, v.name, v.detail);
+        println!("  {v}");
     }
 
     plot(&results, &intake)?;

@@ -53,7 +53,7 @@ pub struct Sample {
     pub minute: f64,
     /// What the merchant did before this stretch, if anything.
     pub event: Option<&'static str>,
-    /// Purchase attempts and accepted purchases per second in the stretch.
+    /// Purchase attempts per second in the stretch.
     pub requests_per_sec: f64,
     /// Accepted per second.
     pub accepted_per_sec: f64,
@@ -78,8 +78,7 @@ pub struct Sample {
 pub struct Judged {
     /// The figure.
     pub figure: String,
-    /// Its level in the first window, the window before the restock, and
-    /// the last window.
+    /// Its level in the first window.
     pub first: f64,
     /// Before the restock.
     pub middle: f64,
@@ -95,7 +94,8 @@ pub struct Judged {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Soak {
-    /// The closed-loop maximum the rate was halved from, purchases/s.
+    /// The closed-loop maximum of purchases alone the rate is a share of,
+    /// purchases/s.
     pub max_per_sec: f64,
     /// The open-loop rate, purchase attempts/s.
     pub rate: u64,
@@ -105,7 +105,7 @@ pub struct Soak {
     pub samples: Vec<Sample>,
     /// The figures judged.
     pub judged: Vec<Judged>,
-    /// I1–I6 over every order of the soak.
+    /// I1–I6 over every order of the soak (empty until they were read).
     pub invariants: Vec<invariants::Verdict>,
 }
 
@@ -202,14 +202,21 @@ pub async fn run(
         samples.push(sample);
     }
 
-    // Kept before the evidence is gathered: reading an hour's reservations
-    // back can fail (a 40-minute soak's timed out), and the samples must not
-    // go with it.
-    plot(results, &samples)?;
-    std::fs::write(
-        results.join("samples.json"),
-        serde_json::to_vec_pretty(&samples)?,
-    )?;
+    let window = (minutes / 6).max(1);
+    let mut soak = Soak {
+        max_per_sec: max.requests_per_sec,
+        rate,
+        window_minutes: window,
+        judged: judge(&samples, &latencies, window as usize * 2),
+        samples,
+        invariants: Vec::new(),
+    };
+    // Reported before the evidence is gathered: reading an hour's
+    // reservations back can fail (a 40-minute soak's timed out), and the
+    // samples must not go with it.
+    print_judged(results, &soak);
+    save(results, &soak)?;
+    plot(results, &soak.samples)?;
     eprintln!("soak: traffic over; waiting for every order to settle, then I1-I6");
     let evidence = load::gather(
         db,
@@ -220,24 +227,19 @@ pub async fn run(
         Duration::from_secs(900),
     )
     .await?;
-    let verdicts = invariants::evaluate(&evidence).verdicts;
+    soak.invariants = invariants::evaluate(&evidence).verdicts;
     api.stop().await;
     consumer.stop().await;
     sale::remove(db, store, &config).await?;
-
-    let window = (minutes / 6).max(1);
-    let soak = Soak {
-        max_per_sec: max.requests_per_sec,
-        rate,
-        window_minutes: window,
-        judged: judge(&samples, &latencies, window as usize * 2),
-        samples,
-        invariants: verdicts,
-    };
-    report(results, &soak)
+    println!("\ninvariants of this run:");
+    for v in &soak.invariants {
+        println!("  {v}");
+    }
+    save(results, &soak)?;
+    Ok(invariants::all_hold(&soak.invariants) && soak.judged.iter().all(|j| j.met))
 }
 
-/// A secret of 48 random characters in `results/name`: (its file, itself).
+/// A random secret (two UUIDs) in `results/name`: (its file, itself).
 fn secret_file(results: &Path, name: &str) -> anyhow::Result<(std::path::PathBuf, Vec<u8>)> {
     let path = results.join(name);
     let secret = format!("soak-{}-{}", uuid::Uuid::new_v4(), uuid::Uuid::new_v4()).into_bytes();
@@ -410,9 +412,14 @@ pub fn judge(samples: &[Sample], latencies: &[Histogram<u64>], window: usize) ->
     judged
 }
 
-/// Prints the summary, writes `soak.json` and the plots; whether every goal
-/// and invariant held.
-fn report(results: &Path, soak: &Soak) -> anyhow::Result<bool> {
+/// Writes the report as `soak.json`.
+fn save(results: &Path, soak: &Soak) -> anyhow::Result<()> {
+    std::fs::write(results.join("soak.json"), serde_json::to_vec_pretty(soak)?)?;
+    Ok(())
+}
+
+/// Prints the judged figures and where the report and plots go.
+fn print_judged(results: &Path, soak: &Soak) {
     println!(
         "\nFlashSale soak — {} min at {}/s ({RATE_SHARE} of {:.0}/s), windows of {} min",
         soak.samples.last().map_or(0.0, |s| s.minute).round(),
@@ -435,22 +442,10 @@ fn report(results: &Path, soak: &Soak) -> anyhow::Result<bool> {
             if j.met { "met" } else { "MISSED" }
         );
     }
-    println!("\ninvariants of this run:");
-    for v in &soak.invariants {
-        let mark = match v.holds {
-            Some(true) => "ok  ",
-            Some(false) => "FAIL",
-            None => "n/a ",
-        };
-        println!("  {mark} {} {:<17} {}", v.id, v.name, v.detail);
-    }
-    plot(results, &soak.samples)?;
-    std::fs::write(results.join("soak.json"), serde_json::to_vec_pretty(soak)?)?;
     println!(
         "\nreport: {}/soak.json, plots: soak-memory.svg, soak-files.svg, soak-storage.svg, soak-latency.svg",
         results.display()
     );
-    Ok(invariants::all_hold(&soak.invariants) && soak.judged.iter().all(|j| j.met))
 }
 
 const COLORS: [&str; 6] = [

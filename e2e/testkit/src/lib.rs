@@ -488,16 +488,26 @@ impl Drop for RedisRestart {
     }
 }
 
+/// The pid the stack scripts recorded for their process `name`
+/// (`$FLASHSALE_RUN/pids/NAME.pid`), if any.
+pub fn stack_pid(name: &str) -> Option<u32> {
+    std::fs::read_to_string(run_dir().join(format!("pids/{name}.pid")))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// SIGKILLs the stack's process `name` (its pid file under the run dir) and
 /// waits until it is gone: the stack scripts start only what is not running,
 /// and a dying process (a JVM takes a while) still counts as running, so a
 /// restart right after the kill would start nothing. Returns whether a
 /// process was killed.
 pub fn kill_stack_process(name: &str) -> bool {
-    let Ok(pid) = std::fs::read_to_string(run_dir().join(format!("pids/{name}.pid"))) else {
+    let Some(pid) = stack_pid(name) else {
         return false;
     };
-    let pid = pid.trim();
+    let pid = &pid.to_string();
     let killed = std::process::Command::new("kill")
         .args(["-KILL", pid])
         .status()

@@ -58,6 +58,19 @@ pub struct Verdict {
     pub detail: String,
 }
 
+/// One line for a report: `ok  I1 no oversell       stock 100, ...`
+/// (`FAIL`, or `n/a ` when it could not be checked).
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mark = match self.holds {
+            Some(true) => "ok  ",
+            Some(false) => "FAIL",
+            None => "n/a ",
+        };
+        write!(f, "{mark} {} {:<17} {}", self.id, self.name, self.detail)
+    }
+}
+
 fn verdict(id: &'static str, name: &'static str, holds: Option<bool>, detail: String) -> Verdict {
     Verdict {
         id,
@@ -511,5 +524,13 @@ mod tests {
         assert_eq!((f.refused_units, f.oversold_units), (1, 3));
         assert_eq!(f.lost, vec!["d".to_string()], "a FAILED order is lost");
         assert!(f.phantom.is_empty());
+    }
+
+    #[test]
+    fn a_verdict_reads_as_one_report_line() {
+        let line = |holds| verdict("I1", "no oversell", holds, "stock 5".into()).to_string();
+        assert_eq!(line(Some(true)), "ok   I1 no oversell       stock 5");
+        assert_eq!(line(Some(false)), "FAIL I1 no oversell       stock 5");
+        assert_eq!(line(None), "n/a  I1 no oversell       stock 5");
     }
 }

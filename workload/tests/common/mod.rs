@@ -503,26 +503,45 @@ pub fn read_topic(sale: &SaleRef) -> Vec<OrderMessage> {
     messages
 }
 
+/// A sale's consumer running in this process until stopped.
+pub struct RunningConsumer {
+    stop: tokio_util::sync::CancellationToken,
+    running: tokio::task::JoinHandle<flashsale_workload::consumer::Ended>,
+}
+
+impl RunningConsumer {
+    /// Starts a consumer of `config`'s sale reading from `bootstrap`.
+    pub fn start(bootstrap: &str, db: &PgPool, store: &SaleStore, config: &SaleConfig) -> Self {
+        use flashsale_workload::consumer::{ConsumerSettings, SaleConsumer};
+        let consumer = SaleConsumer::new(
+            bootstrap,
+            config.clone(),
+            db.clone(),
+            store.clone(),
+            ConsumerSettings::default(),
+            std::sync::Arc::new(flashsale_workload::metrics::Metrics::default()),
+        )
+        .unwrap();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let running = tokio::spawn({
+            let stop = stop.clone();
+            async move { consumer.run(stop).await }
+        });
+        Self { stop, running }
+    }
+
+    /// Stops it and waits until it has left.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        self.running.await.unwrap();
+    }
+}
+
 /// Runs the sale's consumers in this process until the topic is drained.
 pub async fn consume_until_drained(db: &PgPool, store: &SaleStore, config: &SaleConfig) {
-    use flashsale_workload::consumer::{ConsumerSettings, SaleConsumer};
-    let stop = tokio_util::sync::CancellationToken::new();
-    let consumer = SaleConsumer::new(
-        &stack::kafka_bootstrap(),
-        config.clone(),
-        db.clone(),
-        store.clone(),
-        ConsumerSettings::default(),
-        std::sync::Arc::new(flashsale_workload::metrics::Metrics::default()),
-    )
-    .unwrap();
-    let running = tokio::spawn({
-        let stop = stop.clone();
-        async move { consumer.run(stop).await }
-    });
+    let consumer = RunningConsumer::start(&stack::kafka_bootstrap(), db, store, config);
     wait_drained(config).await;
-    stop.cancel();
-    running.await.unwrap();
+    consumer.stop().await;
 }
 
 /// Polls the sale's consumer-group lag until it is 0 (60 s at most). A
