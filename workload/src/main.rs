@@ -249,7 +249,8 @@ struct ApiArgs {
     /// Time a request other than a purchase may take in all (503 past it).
     #[arg(long, env = "FLASHSALE_REQUEST_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     request_timeout: Duration,
-    /// Requests in flight at most; more are answered 503 BUSY at once.
+    /// Requests in flight at most, for purchases and again for the other
+    /// guarded routes; more are answered 503 BUSY at once.
     #[arg(long, env = "FLASHSALE_MAX_IN_FLIGHT", default_value_t = 256)]
     max_in_flight: usize,
     /// Time in-flight requests get to finish after SIGTERM.

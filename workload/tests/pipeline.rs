@@ -33,6 +33,17 @@ struct Live {
 }
 
 async fn live(stock: i64, shards: u32, limit: i64, payment_timeout: Duration) -> Live {
+    live_with(stock, shards, limit, payment_timeout, |_| {}).await
+}
+
+/// The same, with the API's options adjusted by `adjust`.
+async fn live_with(
+    stock: i64,
+    shards: u32,
+    limit: i64,
+    payment_timeout: Duration,
+    adjust: impl FnOnce(&mut ApiOptions),
+) -> Live {
     let db = fresh_database().await;
     let namespace = stack::unique_name("ns");
     let spec = SaleSpec {
@@ -46,7 +57,9 @@ async fn live(stock: i64, shards: u32, limit: i64, payment_timeout: Duration) ->
         .warm(&config, 0, false, &config.id.to_string())
         .await
         .unwrap();
-    let api = TestApi::start(ApiOptions::new(&namespace, target, &db)).await;
+    let mut options = ApiOptions::new(&namespace, target, &db);
+    adjust(&mut options);
+    let api = TestApi::start(options).await;
     api.wait_for_sale(&config.sale).await;
     Live {
         db,
@@ -662,5 +675,154 @@ async fn payment_callbacks_are_signed_fresh_and_money_taken_is_never_lost() {
     assert_eq!(
         due, expected,
         "every payment taken for nothing is a refund due"
+    );
+}
+
+/// Backends of `db`'s database waiting for a lock while they update a sale's row.
+async fn waiting_on_the_sale_row(db: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE datname = current_database() AND wait_event_type = 'Lock'
+           AND query LIKE 'UPDATE sales%'",
+    )
+    .fetch_one(db)
+    .await
+    .unwrap()
+}
+
+/// Locks the sale's row as a consumer's long batch does, until dropped or
+/// rolled back.
+async fn hold_sale_row(live: &Live) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut hold = live.db.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM sales WHERE id = $1 FOR UPDATE")
+        .bind(live.config.id)
+        .execute(&mut *hold)
+        .await
+        .unwrap();
+    hold
+}
+
+/// Persisted orders of `shoppers`, one unit each.
+async fn persisted_orders(live: &Live, shoppers: &[String]) -> Vec<Uuid> {
+    let mut orders = Vec::new();
+    for shopper in shoppers {
+        orders.push(
+            live.api
+                .buy(&live.config.sale, shopper, 1)
+                .await
+                .order_id()
+                .unwrap(),
+        );
+    }
+    consume_until_drained(&live.db, &live.store, &live.config).await;
+    orders
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purchases_keep_selling_while_order_changes_wait_on_the_database() {
+    let live = live_with(100, 2, 5, Duration::from_secs(600), |options| {
+        options.transport.max_in_flight = 4
+    })
+    .await;
+    let shoppers: Vec<String> = (0..4).map(|i| format!("canceller-{i}")).collect();
+    let orders = persisted_orders(&live, &shoppers).await;
+    let hold = hold_sale_row(&live).await;
+    let cancels: Vec<_> = orders
+        .iter()
+        .zip(&shoppers)
+        .map(|(&order, shopper)| {
+            let (api, shopper) = (live.api.clone(), shopper.clone());
+            tokio::spawn(async move { api.order_action(order, &shopper, "cancel").await })
+        })
+        .collect();
+    common::within(
+        Duration::from_secs(10),
+        "a cancel waits on the sale's row",
+        || async { waiting_on_the_sale_row(&live.db).await > 0 },
+    )
+    .await;
+    // Every cancel is in flight by now (they are on loopback).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let purchase = live.api.buy(&live.config.sale, "buyer", 1).await;
+    assert_eq!(
+        purchase.status, 202,
+        "a purchase needs Redis and Kafka only; order changes waiting on PostgreSQL must not \
+         take its place: {purchase:?}"
+    );
+    hold.rollback().await.unwrap();
+    for cancel in cancels {
+        let answer = cancel.await.unwrap();
+        assert_eq!(
+            (answer.status, answer.body["status"].as_str()),
+            (200, Some("CANCELLED")),
+            "{answer:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancels_waiting_on_the_sale_row_share_one_transaction() {
+    let live = live(40, 2, 1, Duration::from_secs(600)).await;
+    let shoppers: Vec<String> = (0..20).map(|i| format!("canceller-{i}")).collect();
+    let orders = persisted_orders(&live, &shoppers).await;
+    let remaining_before = redis_remaining(&live).await;
+    let hold = hold_sale_row(&live).await;
+    // Each shopper cancels twice, and a stranger tries the first order.
+    let mut calls: Vec<(Uuid, String)> = Vec::new();
+    for (order, shopper) in orders.iter().zip(&shoppers) {
+        calls.push((*order, shopper.clone()));
+        calls.push((*order, shopper.clone()));
+    }
+    calls.push((orders[0], "stranger".to_string()));
+    let answers: Vec<_> = calls
+        .iter()
+        .map(|(order, shopper)| {
+            let (api, order, shopper) = (live.api.clone(), *order, shopper.clone());
+            tokio::spawn(async move { api.order_action(order, &shopper, "cancel").await })
+        })
+        .collect();
+    let mut most_waiting = 0;
+    for _ in 0..20 {
+        most_waiting = most_waiting.max(waiting_on_the_sale_row(&live.db).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    hold.rollback().await.unwrap();
+    for (answer, (_, shopper)) in answers.into_iter().zip(&calls) {
+        let answer = answer.await.unwrap();
+        if shopper == "stranger" {
+            assert_eq!(answer.status, 404, "only the owner: {answer:?}");
+        } else {
+            assert_eq!(
+                (answer.status, answer.body["status"].as_str()),
+                (200, Some("CANCELLED")),
+                "{answer:?}"
+            );
+        }
+    }
+    assert_eq!(
+        most_waiting,
+        1,
+        "{} cancels queued on the sale's row in {most_waiting} transactions: each holds a \
+         database connection and, behind a consumer's batch, convoys",
+        calls.len()
+    );
+    let (sold, live_orders, _) = db_units(&live.db, &live.config).await;
+    assert_eq!(
+        (sold, live_orders),
+        (0, 0),
+        "every unit left the database's count once"
+    );
+    let units_held: i64 = sqlx::query_scalar(
+        "SELECT coalesce(sum(units), 0)::bigint FROM shopper_units WHERE sale_id = $1",
+    )
+    .bind(live.config.id)
+    .fetch_one(&live.db)
+    .await
+    .unwrap();
+    assert_eq!(units_held, 0, "and each shopper's count");
+    assert_eq!(
+        redis_remaining(&live).await,
+        remaining_before + 20,
+        "and came back to Redis once"
     );
 }

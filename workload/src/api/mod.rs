@@ -69,6 +69,8 @@ pub struct Services {
     pub intake: Arc<Intake>,
     /// Orders.
     pub db: PgPool,
+    /// Shoppers' order changes, batched per transaction.
+    pub order_desk: crate::orders::desk::OrderDesk,
     /// Each sale's consumer lag: an order not found anywhere may still be
     /// unread in its topic.
     pub lags: Arc<crate::bus::sale_lag::SaleLags>,
@@ -133,11 +135,12 @@ pub fn router(state: AppState, limits: &transport::TransportLimits) -> Router {
         .route("/v1/payments/callback", post(payments::callback))
         .route("/v1/orders/{order_id}/cancel", post(orders::cancel))
         .route("/openapi.json", get(|| async { Json(openapi::document()) }));
-    let guarded = Router::new()
-        // A purchase is never cut in the middle: its answer must be the
-        // truth, and each of its steps has its own timeout (Redis, Kafka).
+    // A purchase is never cut in the middle: its answer must be the truth,
+    // and each of its steps has its own timeout (Redis, Kafka).
+    let purchases = Router::new()
         .route("/v1/sales/{sale}/orders", post(orders::purchase))
-        .merge(transport::request_timeout(cut_when_late, limits))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES));
+    let the_rest = transport::request_timeout(cut_when_late, limits)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES));
     // Answered from memory without a body, never waiting: no timer, no
     // place in flight — a storm of page loads costs the least it can.
@@ -145,8 +148,11 @@ pub fn router(state: AppState, limits: &transport::TransportLimits) -> Router {
         .route("/v1/sales/{sale}/status", get(status::get_status))
         .route("/s/{sale}", get(page::sale_page))
         .route("/s/assets/{file}", get(page::asset));
+    // Purchases need Redis and Kafka only: their places in flight are their
+    // own, so order changes waiting on PostgreSQL never take them.
     from_memory
-        .merge(transport::guard(guarded, limits))
+        .merge(transport::guard(purchases, limits))
+        .merge(transport::guard(the_rest, limits))
         .fallback(|| async { ApiError::not_found("no such path") })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(middleware::from_fn_with_state(state.clone(), track))

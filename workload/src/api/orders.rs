@@ -375,7 +375,9 @@ async fn cancel_order(
             format!("a {} order cannot be cancelled", status.as_str()),
         )
     };
-    let outcome = order_rows::apply_event(&state.db, order_id, &shopper, OrderEvent::Cancel)
+    let outcome = state
+        .order_desk
+        .apply(order_id, &shopper, OrderEvent::Cancel)
         .await
         .map_err(|e| {
             tracing::warn!(error = %e, "order change: database unavailable");

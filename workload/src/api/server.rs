@@ -119,6 +119,7 @@ pub async fn build_state(config: &ApiConfig) -> anyhow::Result<AppState> {
             metrics.clone(),
             config.producer.budget,
         )),
+        order_desk: crate::orders::desk::OrderDesk::start(db.clone()),
         db,
         lags,
         auth: Arc::new(auth),

@@ -37,8 +37,9 @@ pub struct TransportLimits {
     /// first. A purchase is never cut half-way (its answer must be the
     /// truth); its Redis and Kafka steps have their own timeouts.
     pub request_timeout: Duration,
-    /// Requests in flight at most; one more is answered 503 `BUSY` at once,
-    /// before any Redis call.
+    /// Requests in flight at most, for purchases and again for the other
+    /// guarded routes; one more is answered 503 `BUSY` at once, before any
+    /// Redis call.
     pub max_in_flight: usize,
     /// Time in-flight requests get to finish after the shutdown signal.
     pub shutdown_grace: Duration,
@@ -56,7 +57,7 @@ impl Default for TransportLimits {
     }
 }
 
-/// Wraps the shopper routes in the in-flight cap and the body timeout.
+/// Wraps `routes` in an in-flight cap of their own and the body timeout.
 pub fn guard<S: Clone + Send + Sync + 'static>(
     routes: Router<S>,
     limits: &TransportLimits,

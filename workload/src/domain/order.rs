@@ -102,6 +102,57 @@ impl OrderStatus {
     }
 }
 
+/// What one event of a batch does, applied after the batch's earlier events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchAnswer {
+    /// The order moves `from` one status `to` another.
+    Changed {
+        /// Its status before this event.
+        from: OrderStatus,
+        /// Its status after.
+        to: OrderStatus,
+    },
+    /// Nothing to do: the order is already there.
+    AlreadyDone(OrderStatus),
+    /// Not allowed (or not yet possible) from this status.
+    Illegal(OrderStatus),
+    /// No order of this shopper under that id.
+    NotFound,
+}
+
+/// Applies `events` (order, shopper, event) in turn to the orders `found`
+/// (order → its shopper and status, as locked): each event sees what the
+/// earlier ones of the batch did, as if each had had its own transaction.
+/// Answers one [`BatchAnswer`] per event and each changed order's status
+/// before the batch and after it.
+pub fn apply_in_turn(
+    found: &std::collections::HashMap<uuid::Uuid, (String, OrderStatus)>,
+    events: &[(uuid::Uuid, &str, OrderEvent)],
+) -> (
+    Vec<BatchAnswer>,
+    std::collections::BTreeMap<uuid::Uuid, (OrderStatus, OrderStatus)>,
+) {
+    let mut changed = std::collections::BTreeMap::new();
+    let answers = events
+        .iter()
+        .map(|&(id, shopper, event)| {
+            let Some((_, before)) = found.get(&id).filter(|(owner, _)| owner == shopper) else {
+                return BatchAnswer::NotFound;
+            };
+            let from = changed.get(&id).map_or(*before, |&(_, now)| now);
+            match from.on(event) {
+                Transition::To(to) => {
+                    changed.insert(id, (*before, to));
+                    BatchAnswer::Changed { from, to }
+                }
+                Transition::AlreadyDone => BatchAnswer::AlreadyDone(from),
+                Transition::Illegal | Transition::NotYet => BatchAnswer::Illegal(from),
+            }
+        })
+        .collect();
+    (answers, changed)
+}
+
 /// How far an order id's time may sit outside its sale's window: the API
 /// mints it when the purchase arrives, and its clock and Redis' may differ.
 pub const ORDER_TIME_SLACK: std::time::Duration = std::time::Duration::from_secs(300);
@@ -159,7 +210,9 @@ mod tests {
     use super::OrderEvent as E;
     use super::OrderStatus as S;
     use super::Transition::*;
-    use super::{DateTime, may_be_shoppers, may_name_an_order, mint_order_id};
+    use super::{
+        BatchAnswer, DateTime, apply_in_turn, may_be_shoppers, may_name_an_order, mint_order_id,
+    };
 
     const ALL_STATUSES: [S; 6] = [
         S::Pending,
@@ -287,5 +340,56 @@ mod tests {
             .count();
         assert!(others <= 2, "{others} of 1,000 other shoppers match");
         assert_ne!(mint_order_id("alice"), id, "ids stay unique");
+    }
+
+    #[test]
+    fn a_batch_applies_its_events_in_turn() {
+        let (a, b, c) = (
+            uuid::Uuid::from_u128(1),
+            uuid::Uuid::from_u128(2),
+            uuid::Uuid::from_u128(3),
+        );
+        let found = [
+            (a, ("ann".to_string(), S::Unpaid)),
+            (b, ("bob".to_string(), S::Paid)),
+            (c, ("cy".to_string(), S::Cancelled)),
+        ]
+        .into_iter()
+        .collect();
+        let events = [
+            (a, "ann", E::Cancel),
+            (a, "ann", E::Cancel),
+            (a, "ann", E::Pay),
+            (a, "eve", E::Cancel),
+            (b, "bob", E::Pay),
+            (b, "bob", E::Cancel),
+            (c, "cy", E::Cancel),
+            (uuid::Uuid::from_u128(4), "dan", E::Cancel),
+        ];
+        let (answers, changed) = apply_in_turn(&found, &events);
+        assert_eq!(
+            answers,
+            [
+                BatchAnswer::Changed {
+                    from: S::Unpaid,
+                    to: S::Cancelled
+                },
+                BatchAnswer::AlreadyDone(S::Cancelled),
+                BatchAnswer::Illegal(S::Cancelled),
+                BatchAnswer::NotFound,
+                BatchAnswer::AlreadyDone(S::Paid),
+                BatchAnswer::Changed {
+                    from: S::Paid,
+                    to: S::Refunded
+                },
+                BatchAnswer::AlreadyDone(S::Cancelled),
+                BatchAnswer::NotFound,
+            ]
+        );
+        assert_eq!(
+            changed.into_iter().collect::<Vec<_>>(),
+            [(a, (S::Unpaid, S::Cancelled)), (b, (S::Paid, S::Refunded))],
+            "each changed order once, from its status before the batch"
+        );
     }
 }

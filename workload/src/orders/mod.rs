@@ -1,6 +1,7 @@
 //! Thin adapter over PostgreSQL (sqlx): the one home of FlashSale's tables.
 //! The schema is in `migrations/`, embedded into the binary.
 
+pub mod desk;
 pub mod direct;
 pub mod order;
 pub mod payment;

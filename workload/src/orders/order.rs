@@ -358,62 +358,128 @@ pub enum EventOutcome {
     NotFound,
 }
 
-/// Applies `event` to the shopper's order: the pure state machine decides,
-/// the update is conditional on the status read under a row lock, and a status
-/// that stops holding stock gives its units back to the sale and the shopper.
+/// Applies `event` to the shopper's order: [`apply_events`] with one event.
 pub async fn apply_event(
     db: &sqlx::PgPool,
     id: Uuid,
     shopper: &str,
     event: crate::domain::order::OrderEvent,
 ) -> sqlx::Result<EventOutcome> {
-    use crate::domain::order::Transition;
+    let mut outcomes = apply_events(db, &[(id, shopper, event)]).await?;
+    Ok(outcomes.remove(0))
+}
+
+/// Applies `events` (order, shopper, event) in one transaction, in turn:
+/// the orders are locked (in id order, so two batches cannot deadlock), the
+/// pure state machine decides, each changed order is updated once, and the
+/// units of orders that stop holding stock go back to their sale and
+/// shoppers in one update per sale. A sale's row, which every consumer batch
+/// also updates, is touched once per batch rather than once per event.
+/// Answers one outcome per event, as if each had its own transaction.
+pub async fn apply_events(
+    db: &sqlx::PgPool,
+    events: &[(Uuid, &str, crate::domain::order::OrderEvent)],
+) -> sqlx::Result<Vec<EventOutcome>> {
+    use crate::domain::order::{BatchAnswer, apply_in_turn};
     let mut tx = db.begin().await?;
-    let row: Option<(String, i32, Uuid, i32, String, String)> = sqlx::query_as(
-        "SELECT o.status, o.quantity, o.sale_id, o.shard, s.namespace, s.name
+    let ids: Vec<Uuid> = events.iter().map(|(id, ..)| *id).collect();
+    let rows: Vec<LockedOrder> = sqlx::query_as(
+        "SELECT o.id, o.shopper, o.status, o.quantity, o.sale_id, o.shard, s.namespace, s.name
          FROM orders o JOIN sales s ON s.id = o.sale_id
-         WHERE o.id = $1 AND o.shopper = $2 FOR UPDATE OF o",
+         WHERE o.id = ANY($1) ORDER BY o.id FOR UPDATE OF o",
     )
-    .bind(id)
-    .bind(shopper)
-    .fetch_optional(&mut *tx)
+    .bind(&ids)
+    .fetch_all(&mut *tx)
     .await?;
-    let Some((status, quantity, sale_id, shard, namespace, name)) = row else {
-        return Ok(EventOutcome::NotFound);
-    };
-    let from = OrderStatus::parse(&status).unwrap_or(OrderStatus::Failed);
-    let to = match from.on(event) {
-        Transition::To(to) => to,
-        Transition::AlreadyDone => return Ok(EventOutcome::AlreadyDone(from)),
-        Transition::Illegal | Transition::NotYet => return Ok(EventOutcome::Illegal(from)),
-    };
+    let rows: std::collections::HashMap<Uuid, LockedOrder> =
+        rows.into_iter().map(|row| (row.id, row)).collect();
+    let found = rows
+        .iter()
+        .map(|(id, row)| {
+            let status = OrderStatus::parse(&row.status).unwrap_or(OrderStatus::Failed);
+            (*id, (row.shopper.clone(), status))
+        })
+        .collect();
+    let (answers, changed) = apply_in_turn(&found, events);
+    update_statuses(&mut tx, &changed).await?;
+    let mut units_back: std::collections::BTreeMap<Uuid, Vec<(String, i32)>> = Default::default();
+    let mut returns = Vec::new();
+    let outcomes = answers
+        .into_iter()
+        .zip(events)
+        .map(|(answer, (id, ..))| match answer {
+            BatchAnswer::Changed { from, to } => {
+                let row = &rows[id];
+                let returned = (from.holds_stock() && !to.holds_stock()).then(|| {
+                    units_back
+                        .entry(row.sale_id)
+                        .or_default()
+                        .push((row.shopper.clone(), row.quantity));
+                    let returned = StockReturn {
+                        order_id: *id,
+                        namespace: row.namespace.clone(),
+                        name: row.name.clone(),
+                        shard: row.shard,
+                    };
+                    returns.push(returned.clone());
+                    returned
+                });
+                EventOutcome::Changed {
+                    status: to,
+                    returned,
+                }
+            }
+            BatchAnswer::AlreadyDone(status) => EventOutcome::AlreadyDone(status),
+            BatchAnswer::Illegal(status) => EventOutcome::Illegal(status),
+            BatchAnswer::NotFound => EventOutcome::NotFound,
+        })
+        .collect();
+    // In sale id order, as the locks of two batches must be taken.
+    for (sale_id, units) in &units_back {
+        give_back(&mut tx, *sale_id, units).await?;
+    }
+    record_stock_returns(&mut tx, &returns).await?;
+    tx.commit().await?;
+    Ok(outcomes)
+}
+
+/// An order as [`apply_events`] locks it.
+#[derive(FromRow)]
+struct LockedOrder {
+    id: Uuid,
+    shopper: String,
+    status: String,
+    quantity: i32,
+    sale_id: Uuid,
+    shard: i32,
+    namespace: String,
+    name: String,
+}
+
+/// Moves each order of `changed` from its first status to its last.
+async fn update_statuses(
+    tx: &mut sqlx::PgConnection,
+    changed: &std::collections::BTreeMap<Uuid, (OrderStatus, OrderStatus)>,
+) -> sqlx::Result<()> {
+    if changed.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = changed.keys().copied().collect();
+    let (from, to): (Vec<&str>, Vec<&str>) = changed
+        .values()
+        .map(|(from, to)| (from.as_str(), to.as_str()))
+        .unzip();
     sqlx::query(
-        "UPDATE orders SET status = $3, version = version + 1, updated_at = now()
-         WHERE id = $1 AND status = $2",
+        "UPDATE orders o SET status = t.to_status, version = o.version + 1, updated_at = now()
+         FROM UNNEST($1::uuid[], $2::text[], $3::text[]) AS t(id, from_status, to_status)
+         WHERE o.id = t.id AND o.status = t.from_status",
     )
-    .bind(id)
-    .bind(from.as_str())
-    .bind(to.as_str())
+    .bind(&ids)
+    .bind(&from)
+    .bind(&to)
     .execute(&mut *tx)
     .await?;
-    let returned = if from.holds_stock() && !to.holds_stock() {
-        give_back(&mut tx, sale_id, &[(shopper.to_string(), quantity)]).await?;
-        let returned = StockReturn {
-            order_id: id,
-            namespace,
-            name,
-            shard,
-        };
-        record_stock_returns(&mut tx, std::slice::from_ref(&returned)).await?;
-        Some(returned)
-    } else {
-        None
-    };
-    tx.commit().await?;
-    Ok(EventOutcome::Changed {
-        status: to,
-        returned,
-    })
+    Ok(())
 }
 
 /// Takes units out of a sale's `sold` and its shoppers' counts.
