@@ -14,12 +14,18 @@
 --         "X:0:<now>:<shopper>" is written, so a purchase script of this order
 --         id that runs late (its reply timed out) finds it released and
 --         reserves nothing
+-- ARGV[5] '1' to forget: the record is deleted instead of kept as X. Only for
+--         an order the database holds (a cancel, a payment timeout, a refund):
+--         its outcome lives there from now on, a redelivered message of it
+--         finds it there, and a shopper's buy-and-cancel churn leaves nothing
+--         behind in Redis
 --
 -- Replies: {0, qty} released   {1} found R   {2} found C   {3} found X (already released)
 --          {4} no such reservation   {5} younger than the minimum age   {6} found A
 --          {9} malformed
 local stock_key, units_key, res_key, meta_key, pend_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local order_id, expected, min_age, tombstone = ARGV[1], ARGV[2], tonumber(ARGV[3] or '0'), ARGV[4]
+local forget = ARGV[5] == '1'
 if order_id == nil or order_id == '' or (expected ~= 'R' and expected ~= 'A' and expected ~= 'C')
     or min_age == nil then
   return {9}
@@ -43,7 +49,11 @@ redis.call('INCRBY', stock_key, qty)
 if redis.call('HINCRBY', units_key, shopper, -tonumber(qty)) <= 0 then
   redis.call('HDEL', units_key, shopper)
 end
-redis.call('HSET', res_key, order_id, 'X:' .. qty .. ':' .. created .. ':' .. shopper)
+if forget then
+  redis.call('HDEL', res_key, order_id)
+else
+  redis.call('HSET', res_key, order_id, 'X:' .. qty .. ':' .. created .. ':' .. shopper)
+end
 redis.call('ZREM', pend_key, order_id)
 redis.call('HINCRBY', meta_key, 'arrivals', 1)
 if KEYS[6] and redis.call('GET', KEYS[6]) == order_id then redis.call('DEL', KEYS[6]) end

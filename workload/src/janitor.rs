@@ -195,8 +195,8 @@ impl Janitor {
 }
 
 /// Gives the units of orders that stopped holding stock back to Redis (their
-/// claimed reservation moves to released, exactly once), then forgets the
-/// returns Redis took. One that failed stays recorded in the database: a
+/// claimed reservation is released and deleted, exactly once), then forgets
+/// the returns Redis took. One that failed stays recorded in the database: a
 /// janitor retries it within seconds.
 pub async fn return_to_redis(db: &PgPool, store: &SaleStore, returns: &[StockReturn]) {
     let mut done = Vec::with_capacity(returns.len());
@@ -206,10 +206,7 @@ pub async fn return_to_redis(db: &PgPool, store: &SaleStore, returns: &[StockRet
         };
         let shard = u32::try_from(r.shard).unwrap_or_default();
         let id = r.order_id.to_string();
-        match store
-            .release(&sale, shard, &id, ReservationState::Claimed, 0)
-            .await
-        {
+        match store.return_units(&sale, shard, &id).await {
             Ok(_) => done.push(r.order_id),
             Err(e) => {
                 tracing::warn!(order = %r.order_id, error = %e, "stock not returned to redis yet; retried shortly")

@@ -826,3 +826,58 @@ async fn cancels_waiting_on_the_sale_row_share_one_transaction() {
         "and came back to Redis once"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_order_leaves_nothing_in_redis_and_its_redelivery_changes_nothing() {
+    let live = live(10, 1, 5, Duration::from_secs(900)).await;
+    let sale = &live.config.sale;
+    let orders = persisted_orders(&live, &["churner".to_string(), "keeper".to_string()]).await;
+    let cancelled = live.api.order_action(orders[0], "churner", "cancel").await;
+    assert_eq!(cancelled.body["status"], "CANCELLED", "{cancelled:?}");
+    assert_eq!(
+        live.store
+            .reservation(sale, 0, &orders[0].to_string())
+            .await
+            .unwrap(),
+        None,
+        "a cancelled order's reservation goes with its units: a shopper who buys and cancels \
+         all hour must not grow Redis"
+    );
+    assert!(
+        live.store
+            .reservation(sale, 0, &orders[1].to_string())
+            .await
+            .unwrap()
+            .is_some(),
+        "a live order keeps its reservation"
+    );
+    // A consumer that crashed before committing reads the cancelled order's
+    // message again: its reservation is gone, but the order is persisted.
+    let message = common::read_topic(sale)
+        .into_iter()
+        .find(|m| m.order_id == orders[0])
+        .unwrap();
+    let producer: FutureProducer = client_config(&stack::kafka_bootstrap()).create().unwrap();
+    producer
+        .send(
+            FutureRecord::<str, _>::to(&topics::orders_topic(sale)).payload(&message.to_payload()),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    consume_until_drained(&live.db, &live.store, &live.config).await;
+    let order = live.api.order(orders[0], "churner").await;
+    assert_eq!(order.body["status"], "CANCELLED", "{order:?}");
+    assert_eq!(
+        db_units(&live.db, &live.config).await,
+        (1, 1, 1),
+        "the redelivery sold nothing again"
+    );
+    assert_eq!(redis_remaining(&live).await, 9);
+    let next = live.api.buy(sale, "after", 1).await;
+    assert_eq!(
+        next.status, 202,
+        "a redelivered message of an ended order is not Redis losing the sale's state: no \
+         fence: {next:?}"
+    );
+}

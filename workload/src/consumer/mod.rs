@@ -424,7 +424,7 @@ impl SaleConsumer {
         let (claimed, unreachable) = self.claim_reservations(pending).await?;
         let mut to_persist = Vec::new();
         let mut verdicts: HashMap<uuid::Uuid, Verdict> = HashMap::new();
-        let mut state_lost = false;
+        let mut missing = Vec::new();
         for (order, claim) in claimed {
             let verdict = match claim {
                 // Written through PostgreSQL: inserting it again is a no-op.
@@ -445,11 +445,14 @@ impl SaleConsumer {
                     Verdict::DeadLetterAndRelease("message disagrees with its reservation")
                 }
                 // An accepted order of this sale whose reservation is gone:
-                // Redis lost the sale's state (a restart, a flush, a failover
-                // that dropped writes). The order stands — PostgreSQL decides
-                // — and the sale is fenced until the operator recovers it.
+                // a redelivery of an order persisted and since ended (its
+                // record went with its units), or Redis lost the sale's
+                // state (a restart, a flush, a failover that dropped
+                // writes). The order stands — PostgreSQL decides — and in
+                // the second case the sale is fenced until the operator
+                // recovers it.
                 ClaimOutcome::Missing if order.sale_id == self.config.id => {
-                    state_lost = true;
+                    missing.push(order.order_id);
                     to_persist.push(new_order(order));
                     continue;
                 }
@@ -487,7 +490,10 @@ impl SaleConsumer {
             item.state = ItemState::Done;
         }
         // Unreachable, Redis is fenced by whoever recorded the loss once back.
-        if state_lost && !unreachable {
+        let state_lost = !unreachable
+            && !missing.is_empty()
+            && !crate::orders::order::all_persisted(&self.db, &missing).await?;
+        if state_lost {
             self.fence_lost_state().await?;
         }
         Ok(to_persist)

@@ -75,6 +75,15 @@ impl OrderRow {
     }
 }
 
+/// Whether every order of `ids` is persisted.
+pub async fn all_persisted(db: &sqlx::PgPool, ids: &[Uuid]) -> sqlx::Result<bool> {
+    let found: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE id = ANY($1)")
+        .bind(ids)
+        .fetch_one(db)
+        .await?;
+    Ok(found == ids.len() as i64)
+}
+
 /// The order with this id, if persisted.
 pub async fn find<'e>(db: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<Option<OrderRecord>> {
     let row: Option<OrderRow> = sqlx::query_as(

@@ -282,8 +282,31 @@ impl SaleStore {
         expected: ReservationState,
         min_age_ms: i64,
     ) -> Result<ReleaseOutcome, StoreError> {
-        self.run_release(sale, shard, order_id, expected, min_age_ms, "", None)
+        self.run_release(sale, shard, order_id, expected, min_age_ms, "", None, false)
             .await
+    }
+
+    /// Gives back the units of a persisted order that stopped holding stock
+    /// (cancelled, timed out, refunded): its claimed reservation is released
+    /// and its record deleted, since the database holds the order's outcome
+    /// from now on. Exactly once: a retry finds no reservation.
+    pub async fn return_units(
+        &self,
+        sale: &SaleRef,
+        shard: u32,
+        order_id: &str,
+    ) -> Result<ReleaseOutcome, StoreError> {
+        self.run_release(
+            sale,
+            shard,
+            order_id,
+            ReservationState::Claimed,
+            0,
+            "",
+            None,
+            true,
+        )
+        .await
     }
 
     /// The API's purchase `order_id` was not acknowledged: its reservation
@@ -304,6 +327,7 @@ impl SaleStore {
             0,
             "",
             token,
+            false,
         )
         .await
     }
@@ -327,6 +351,7 @@ impl SaleStore {
             0,
             shopper,
             None,
+            false,
         )
         .await
     }
@@ -341,6 +366,7 @@ impl SaleStore {
         min_age_ms: i64,
         tombstone: &str,
         token: Option<&Uuid>,
+        forget: bool,
     ) -> Result<ReleaseOutcome, StoreError> {
         if expected == ReservationState::Released {
             return Ok(ReleaseOutcome::Found(expected));
@@ -355,7 +381,8 @@ impl SaleStore {
             .arg(order_id)
             .arg(expected.letter())
             .arg(min_age_ms)
-            .arg(tombstone);
+            .arg(tombstone)
+            .arg(if forget { "1" } else { "" });
         if let Some(nonce) = token {
             invocation.key(keys.used_token(nonce));
         }
