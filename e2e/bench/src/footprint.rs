@@ -9,6 +9,7 @@ use flashsale_testkit as stack;
 use flashsale_workload::redis::store::SaleStore;
 use serde::Serialize;
 use sqlx::PgPool;
+use uuid::Uuid;
 
 /// One part's hold on the machine.
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
@@ -42,6 +43,9 @@ pub struct Storage {
     pub kafka_log_mib: f64,
     /// Redis's `used_memory`, MiB.
     pub redis_used_mib: f64,
+    /// Units the sale holds in the database (its `sold`: orders awaiting
+    /// payment or paid), whose reservations Redis keeps.
+    pub units_held: i64,
 }
 
 /// A part: its name and how to find its processes at each sample.
@@ -156,7 +160,7 @@ fn info_field(info: &str, name: &str) -> Option<u64> {
 }
 
 /// The stack's data now.
-pub async fn storage(db: &PgPool, store: &SaleStore) -> anyhow::Result<Storage> {
+pub async fn storage(db: &PgPool, store: &SaleStore, sale_id: Uuid) -> anyhow::Result<Storage> {
     let mib = |bytes: i64| bytes as f64 / (1024.0 * 1024.0);
     let (table, indexes, live, dead, database): (i64, i64, i64, i64, i64) = sqlx::query_as(
         "SELECT pg_table_size('orders'), pg_indexes_size('orders'),
@@ -165,6 +169,10 @@ pub async fn storage(db: &PgPool, store: &SaleStore) -> anyhow::Result<Storage> 
     )
     .fetch_one(db)
     .await?;
+    let units_held: i32 = sqlx::query_scalar("SELECT sold FROM sales WHERE id = $1")
+        .bind(sale_id)
+        .fetch_one(db)
+        .await?;
     let info: String = redis::cmd("INFO")
         .arg("memory")
         .query_async(&mut store.conn())
@@ -177,6 +185,7 @@ pub async fn storage(db: &PgPool, store: &SaleStore) -> anyhow::Result<Storage> 
         database_mib: mib(database),
         kafka_log_mib: dir_bytes(&stack::run_dir().join("kafka/data")) as f64 / (1024.0 * 1024.0),
         redis_used_mib: info_field(&info, "used_memory").unwrap_or(0) as f64 / (1024.0 * 1024.0),
+        units_held: i64::from(units_held),
     })
 }
 

@@ -193,7 +193,7 @@ pub async fn run(
                 .map(|(outcome, l)| (outcome.clone(), l.count))
                 .collect(),
             parts: footprint::sample(&parts),
-            storage: footprint::storage(db, store).await?,
+            storage: footprint::storage(db, store, config.id).await?,
             accepted_total: told.accepted.len(),
             cpu,
         };
@@ -349,11 +349,6 @@ pub fn judge(samples: &[Sample], latencies: &[Histogram<u64>], window: usize) ->
         let fds = |s: &Sample| s.parts.get(name).map_or(0.0, |f| f.fds as f64);
         judged.push(levels(format!("{name} open files"), &fds, 16.0));
     }
-    judged.push(levels(
-        "Redis used_memory, MiB".into(),
-        &|s| s.storage.redis_used_mib,
-        4.0,
-    ));
     let per_row = |s: &Sample| {
         (s.storage.orders_table_mib + s.storage.orders_indexes_mib) * 1024.0 * 1024.0
             / s.storage.orders_live.max(1) as f64
@@ -390,6 +385,22 @@ pub fn judge(samples: &[Sample], latencies: &[Histogram<u64>], window: usize) ->
         goal: "flat: last ≤ middle × 1.2",
         met: log.last <= log.middle * 1.2,
         ..log
+    });
+    // An order keeps its reservation while it holds stock: Redis grows with
+    // the units held (bounded by the stock), judged per unit like the log.
+    let redis_per_unit = |s: &Sample| {
+        (s.storage.redis_used_mib - base.storage.redis_used_mib) * 1024.0 * 1024.0
+            / (s.storage.units_held - base.storage.units_held).max(1) as f64
+    };
+    let redis = levels(
+        "Redis used_memory: bytes per unit held".into(),
+        &redis_per_unit,
+        0.0,
+    );
+    judged.push(Judged {
+        goal: "flat: last ≤ middle × 1.2",
+        met: redis.last <= redis.middle * 1.2,
+        ..redis
     });
     let p99 = |range: std::ops::Range<usize>| {
         let mut merged = Histogram::<u64>::new_with_bounds(1, 120_000_000, 3).expect("bounds");
@@ -589,7 +600,8 @@ mod tests {
                 orders_live: 10_000 * (minute as i64 + 1),
                 orders_dead: 1_000,
                 kafka_log_mib: minute as f64 * 3.0,
-                redis_used_mib: 50.0,
+                redis_used_mib: 50.0 + minute as f64,
+                units_held: 10_000 * minute as i64,
                 ..Storage::default()
             },
             accepted_total: 1_000 * minute,
@@ -630,11 +642,29 @@ mod tests {
         assert!(met("API memory, MiB"));
         assert!(!met("consumer memory, MiB"));
         assert!(met("API open files"));
-        assert!(met("Redis used_memory, MiB"));
+        assert!(met("Redis used_memory: bytes per unit held"));
         assert!(met("orders: bytes per live row (heap + indexes)"));
         assert!(met("orders: dead rows per live row"));
         assert!(met("Kafka log: bytes per accepted order"));
         assert!(met("p99 of accepted purchases, ms"));
+    }
+
+    #[test]
+    fn redis_growing_while_the_units_held_do_not_misses() {
+        // Orders that ended keep costing Redis: memory grows, units held stay.
+        let samples: Vec<Sample> = (0..12)
+            .map(|i| {
+                let mut s = sample(i, 100.0, 100.0);
+                s.storage.units_held = 10_000 * i.min(4) as i64;
+                s
+            })
+            .collect();
+        let judged = judge(&samples, &latencies(&[5; 12]), 2);
+        let redis = judged
+            .iter()
+            .find(|j| j.figure == "Redis used_memory: bytes per unit held")
+            .unwrap();
+        assert!(!redis.met, "{redis:?}");
     }
 
     #[test]
