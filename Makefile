@@ -5,8 +5,9 @@ STACK := e2e/stack
 RUN ?= $(CURDIR)/.run
 export FLASHSALE_RUN := $(RUN)
 ENV := . $(RUN)/env &&
+COUNTS ?= 1,100,1000
 
-.PHONY: help demo test up stack down status clean build release build-tests test-images crds check-crds bench soak chaos
+.PHONY: help demo test up stack down status clean build release build-tests test-images crds check-crds bench soak many chaos
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -71,6 +72,11 @@ soak: ## an hour-long sale at a quarter of the maximum purchase rate, sampled ev
 	@$(STACK)/preflight.sh
 	@$(MAKE) --no-print-directory -j2 stack release
 	@$(ENV) taskset -c 0 target/release/flashsale-bench --soak $(or $(MINUTES),60)
+
+many: ## sales at once under one operator (COUNTS=1,100,1000, POLL=2s): lateness, operator CPU and memory, partitions
+	@$(STACK)/preflight.sh
+	@$(MAKE) --no-print-directory -j2 stack release
+	@$(ENV) taskset -c 0 target/release/flashsale-bench --many $(COUNTS) $(if $(POLL),--many-poll-interval $(POLL))
 
 chaos: ## live sales under faults, I1-I6 after every run (RUNS=20 per kind, KINDS=a,b, SEED=n replays)
 	@$(STACK)/preflight.sh

@@ -9,6 +9,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use kube::runtime::Controller;
+use kube::runtime::controller;
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::watcher;
@@ -163,11 +164,12 @@ pub fn error_policy(fs: Arc<FlashSale>, error: &Error, ctx: Arc<Context>) -> Req
     }
 }
 
-/// Runs the controllers (one per watched namespace, or one for all) until
-/// `shutdown` resolves.
+/// Runs the controllers (one per watched namespace, or one for all), each
+/// reconciling at most `concurrency` sales at once, until `shutdown` resolves.
 pub async fn run(
     ctx: Arc<Context>,
     namespaces: Vec<String>,
+    concurrency: u16,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     use futures::FutureExt;
@@ -176,7 +178,7 @@ pub async fn run(
     // own caches, as a watch is either one namespace or the whole cluster.
     let controllers = scopes(&namespaces)
         .into_iter()
-        .map(|ns| run_in(ctx.clone(), ns, shutdown.clone()));
+        .map(|ns| run_in(ctx.clone(), ns, concurrency, shutdown.clone()));
     futures::future::join_all(controllers).await;
 }
 
@@ -206,6 +208,7 @@ where
 async fn run_in(
     ctx: Arc<Context>,
     namespace: Option<String>,
+    concurrency: u16,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = &ctx.client;
@@ -214,6 +217,7 @@ async fn run_in(
         watcher::Config::default().labels("app.kubernetes.io/managed-by=flashsale-operator");
     let kill_switch = tokio::spawn(kill_switch_watch(ctx.clone(), sales.clone()));
     Controller::new(sales, watcher::Config::default())
+        .with_config(controller::Config::default().concurrency(concurrency))
         .owns(
             api::<Deployment>(client, namespace.as_deref()),
             owned.clone(),

@@ -121,6 +121,12 @@ struct Args {
     #[arg(long, env = "FLASHSALE_LEASE_SECONDS", default_value_t = 15,
           value_parser = clap::value_parser!(u64).range(6..))]
     lease_seconds: u64,
+    /// Sales reconciled at once (per watched namespace). Unbounded, 1,000
+    /// sales created together sent so many requests at once that the
+    /// Lease's renewal went unconfirmed and the operator stepped down.
+    #[arg(long, env = "FLASHSALE_RECONCILE_CONCURRENCY", default_value_t = 16,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    reconcile_concurrency: u16,
     /// Log format: json or text.
     #[arg(long, env = "FLASHSALE_LOG_FORMAT", default_value = "text")]
     log_format: String,
@@ -352,7 +358,7 @@ async fn lead(
     });
     // Graceful, but bounded: reconciles in flight get 10 s to finish.
     tokio::select! {
-        () = controller::run(ctx, args.watch_namespace.clone(), async move {
+        () = controller::run(ctx, args.watch_namespace.clone(), args.reconcile_concurrency, async move {
             let _ = stop_rx.await;
         }) => {}
         () = async {

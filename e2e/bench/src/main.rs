@@ -13,6 +13,7 @@ mod footprint;
 mod funnel;
 mod intake;
 mod machine;
+mod many;
 mod operator;
 mod persist;
 mod procs;
@@ -62,6 +63,14 @@ struct Args {
     /// quarter of the maximum purchase rate, sampled every 30 s (`make soak`: 60).
     #[arg(long, value_name = "MINUTES")]
     soak: Option<u64>,
+    /// Instead of the figures, these counts of sales at once under one
+    /// operator (`make many`: 1,100,1000).
+    #[arg(long, value_name = "COUNTS", value_delimiter = ',')]
+    many: Vec<usize>,
+    /// The many sales' `consumers.pollInterval` (how often a live sale is
+    /// reconciled).
+    #[arg(long, default_value = "2s")]
+    many_poll_interval: String,
     /// Serve the bare handler (the benchmark runs itself so, pinned).
     #[arg(long = bare::FLAG, hide = true, value_name = "ADDRESS")]
     serve_bare_handler: Option<String>,
@@ -232,7 +241,11 @@ async fn main() -> anyhow::Result<()> {
     let results = args.results.unwrap_or_else(|| {
         stack::repo_dir().join(format!(
             "results/{}-{}",
-            if args.soak.is_some() { "soak" } else { "bench" },
+            match (&args.soak, args.many.is_empty()) {
+                (Some(_), _) => "soak",
+                (None, false) => "many",
+                (None, true) => "bench",
+            },
             chrono::Utc::now().format("%Y%m%d-%H%M%S")
         ))
     });
@@ -278,6 +291,23 @@ async fn main() -> anyhow::Result<()> {
         if !soak::run(&db, &store, &results, minutes).await? {
             println!("FAIL: a goal or an invariant of the soak did not hold");
             std::process::exit(1);
+        }
+        return Ok(());
+    }
+    if !args.many.is_empty() {
+        let measured = many::run(&db, &args.many, &args.many_poll_interval).await?;
+        std::fs::write(
+            results.join("many.json"),
+            serde_json::to_vec_pretty(
+                &serde_json::json!({"machine": machine, "counts": measured}),
+            )?,
+        )?;
+        println!(
+            "\nFlashSale many sales — {} — {} cores",
+            machine.cpu, machine.cores
+        );
+        for m in &measured {
+            println!("{}", many::render(m));
         }
         return Ok(());
     }

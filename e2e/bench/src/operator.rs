@@ -34,7 +34,7 @@ pub struct Trials {
 }
 
 impl Trials {
-    fn of(mut samples: Vec<f64>) -> Self {
+    pub(crate) fn of(mut samples: Vec<f64>) -> Self {
         samples.sort_by(f64::total_cmp);
         let at = |q: f64| {
             samples
@@ -69,14 +69,15 @@ pub struct OperatorFigures {
     pub operator_rss_mib: f64,
 }
 
-struct Cluster {
+/// A namespace of the benchmark's own on the stack's cluster, and its sales.
+pub(crate) struct Cluster {
     client: Client,
-    ns: String,
-    sales: Api<FlashSale>,
+    pub(crate) ns: String,
+    pub(crate) sales: Api<FlashSale>,
 }
 
 impl Cluster {
-    async fn new() -> anyhow::Result<Self> {
+    pub(crate) async fn new() -> anyhow::Result<Self> {
         let client = stack::kube_client().await;
         // A fresh stack has no CRD until something installs it.
         anyhow::ensure!(
@@ -93,7 +94,7 @@ impl Cluster {
         Ok(Self { client, ns, sales })
     }
 
-    fn operator(&self, image: &str) -> anyhow::Result<Proc> {
+    pub(crate) fn operator(&self, image: &str) -> anyhow::Result<Proc> {
         let db = stack::database_url();
         let mut op = procs::pinned("1", procs::release_bin("flashsale-operator"));
         op.args([
@@ -119,7 +120,7 @@ impl Cluster {
         Ok(Proc::start(&procs::log("operator"), op)?)
     }
 
-    async fn create(
+    pub(crate) async fn create(
         &self,
         name: &str,
         start_in: i64,
@@ -151,7 +152,7 @@ impl Cluster {
     /// runs any more: their Redis state and topics go with the namespace's
     /// cleanup by hand below). The consumer pods go first, so their Kafka
     /// groups are empty when deleted.
-    async fn remove(&self) -> anyhow::Result<()> {
+    pub(crate) async fn remove(&self) -> anyhow::Result<()> {
         Api::<Deployment>::namespaced(self.client.clone(), &self.ns)
             .delete_collection(&Default::default(), &Default::default())
             .await?;
@@ -215,7 +216,7 @@ impl Cluster {
         }
     }
 
-    async fn patch(&self, name: &str, spec: serde_json::Value) -> anyhow::Result<()> {
+    pub(crate) async fn patch(&self, name: &str, spec: serde_json::Value) -> anyhow::Result<()> {
         self.sales
             .patch(
                 name,
