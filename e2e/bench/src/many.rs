@@ -272,10 +272,18 @@ struct Firsts {
 
 /// The first sighting of each sale's states, from a watch on its namespace
 /// (one stream, not a poll per sale: 1,000 sales polled every 20 ms would
-/// load the apiserver the run measures).
+/// load the apiserver the run measures). The watch ends when this is dropped.
 struct Seen {
     firsts: Arc<Mutex<HashMap<String, Firsts>>>,
-    _watch: tokio::task::JoinHandle<()>,
+    watch: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Seen {
+    /// A dropped JoinHandle leaves its task running: one count's watch would
+    /// go on loading the apiserver through the next count's measurement.
+    fn drop(&mut self) {
+        self.watch.abort();
+    }
 }
 
 impl Seen {
@@ -304,10 +312,7 @@ impl Seen {
                 slot.get_or_insert(now);
             }
         });
-        Self {
-            firsts,
-            _watch: watch,
-        }
+        Self { firsts, watch }
     }
 
     fn count(&self, state: fn(&Firsts) -> Option<DateTime<Utc>>) -> usize {
