@@ -11,6 +11,7 @@ use kube::runtime::events::Recorder;
 use sqlx::PgPool;
 
 use crate::decide::resources::WorkloadSettings;
+use crate::decide::wake::Watched;
 use crate::metrics::Metrics;
 
 /// The one field manager of every server-side apply.
@@ -28,14 +29,14 @@ pub struct Context {
     pub store: SaleStore,
     /// Kafka topics.
     pub admin: Admin,
-    /// Kafka bootstrap servers (for lag readers).
-    pub bootstrap: String,
     /// Events.
     pub recorder: Recorder,
     /// How the workload image runs.
     pub workload: WorkloadSettings,
-    /// One lag reader per sale whose orders may flow, by uid.
-    pub lag_readers: Mutex<HashMap<String, Arc<LagReader>>>,
+    /// Reads every sale's consumer-group lag, through one Kafka client.
+    pub lag: LagReader,
+    /// The sales read between reconciles (`steps::lag_watch`), by uid.
+    pub watched: Mutex<HashMap<String, Watched>>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// Failed reconciles in a row, by sale uid (the backoff's exponent).

@@ -19,10 +19,10 @@ use crate::context::{Context, FINALIZER};
 use crate::decide::plan::{Plan, Wanted, plan};
 use crate::decide::scaling::{self, ScalingDecision, desired_replicas, next_check};
 use crate::error::Error;
-use crate::model::crd::{FlashSale, SaleState};
+use crate::model::crd::FlashSale;
 use crate::steps::apply::apply;
 use crate::steps::observe::{Observation, observe};
-use crate::steps::{cleanup, degrade, kill_switch, outage, status};
+use crate::steps::{cleanup, degrade, kill_switch, lag_watch, outage, status};
 
 /// One pass: observe, decide scaling and the plan.
 async fn observe_and_plan(
@@ -86,9 +86,7 @@ async fn passes(ctx: &Context, fs: &FlashSale) -> Result<Requeue, Error> {
             break (obs, scaling, decided, applied);
         }
     };
-    if matches!(decided.state, SaleState::Completed) {
-        ctx.forget_lag_reader(&obs.config.id.to_string());
-    }
+    lag_watch::keep(ctx, &obs, &decided);
     let outcome = status::Outcome {
         obs: &obs,
         scaling: &scaling,
@@ -216,8 +214,11 @@ async fn run_in(
     let owned =
         watcher::Config::default().labels("app.kubernetes.io/managed-by=flashsale-operator");
     let kill_switch = tokio::spawn(kill_switch_watch(ctx.clone(), sales.clone()));
+    let (wake, woken) = futures::channel::mpsc::unbounded();
+    let lag_watch = tokio::spawn(lag_watch::run(ctx.clone(), namespace.clone(), wake));
     Controller::new(sales, watcher::Config::default())
         .with_config(controller::Config::default().concurrency(concurrency))
+        .reconcile_on(woken)
         .owns(
             api::<Deployment>(client, namespace.as_deref()),
             owned.clone(),
@@ -232,6 +233,7 @@ async fn run_in(
         })
         .await;
     kill_switch.abort();
+    lag_watch.abort();
 }
 
 /// The kill switch on a watch of its own: a change of `spec.paused` reaches

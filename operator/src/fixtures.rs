@@ -9,6 +9,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use flashsale_workload::bus::admin::Admin;
+use flashsale_workload::bus::lag::LagReader;
 use flashsale_workload::domain::budget::PurchaseBudget;
 use flashsale_workload::redis::RedisConn;
 use flashsale_workload::redis::store::SaleStore;
@@ -38,7 +39,6 @@ fn context(leading: bool) -> (Arc<Context>, ApiHandle) {
             RedisConn::lazy(&format!("redis://{unreachable}")).expect("a lazy connection"),
         ),
         admin: Admin::new(unreachable).expect("an admin client"),
-        bootstrap: unreachable.into(),
         recorder: Recorder::new(
             client,
             Reporter {
@@ -56,7 +56,8 @@ fn context(leading: bool) -> (Arc<Context>, ApiHandle) {
             purchase_budget: PurchaseBudget::DEFAULT,
             services_ca: None,
         },
-        lag_readers: Mutex::new(HashMap::new()),
+        lag: LagReader::new(unreachable, "fixture").expect("a lag reader"),
+        watched: Mutex::new(HashMap::new()),
         metrics: Arc::new(Metrics::default()),
         failures: Mutex::new(HashMap::new()),
         redis_unreachable: Mutex::new(HashMap::new()),

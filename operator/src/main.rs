@@ -16,6 +16,7 @@ use flashsale_operator::decide::resources::WorkloadSettings;
 use flashsale_operator::metrics::Metrics;
 use flashsale_operator::model::crd::FlashSale;
 use flashsale_workload::bus::admin::{Admin, TopicDurability};
+use flashsale_workload::bus::lag::LagReader;
 use flashsale_workload::domain::budget::PurchaseBudget;
 use flashsale_workload::redis::store::SaleStore;
 use flashsale_workload::redis::{RedisConn, RedisTarget};
@@ -260,10 +261,10 @@ async fn connect(
             replication_factor: args.topic_replication_factor,
             min_insync_replicas: args.topic_min_insync_replicas,
         }),
-        bootstrap: args.kafka.clone(),
         recorder: Recorder::new(client.clone(), reporter),
         workload: workload_settings(args)?,
-        lag_readers: Mutex::new(HashMap::new()),
+        lag: LagReader::new(&args.kafka, "flashsale-operator")?,
+        watched: Mutex::new(HashMap::new()),
         metrics,
         failures: Mutex::new(HashMap::new()),
         redis_unreachable: Mutex::new(HashMap::new()),

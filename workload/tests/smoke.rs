@@ -150,6 +150,14 @@ async fn kafka_idempotent_produce_consume_commit_and_lag() {
         20,
         "lag after committing 10 of 30: {after:?}"
     );
+    // One client reads any group's lag: the operator holds one for all sales.
+    let shared = LagReader::new(&bootstrap, &stack::unique_name("operator")).unwrap();
+    assert_eq!(shared.read_of(&group, &topic).await.unwrap(), after);
+    assert_eq!(
+        shared.read(&topic).await.unwrap().total(),
+        30,
+        "its own group committed nothing"
+    );
     Admin::new(&bootstrap)
         .unwrap()
         .delete_topics(&[&topic])

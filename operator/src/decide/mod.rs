@@ -1,4 +1,4 @@
-//! Pure decisions from the model and what was observed: the plan, scaling, conditions, degradation while Redis is down, throttle, owned objects, the queue's figures.
+//! Pure decisions from the model and what was observed: the plan, scaling, conditions, degradation while Redis is down, throttle, owned objects, the queue's figures, and whether a watched sale's reading wakes it.
 
 pub mod conditions;
 pub mod degradation;
@@ -8,3 +8,4 @@ pub mod queue;
 pub mod resources;
 pub mod scaling;
 pub mod throttle;
+pub mod wake;

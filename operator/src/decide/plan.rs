@@ -187,6 +187,11 @@ pub struct Plan {
     pub actions: Vec<Action>,
     /// When to look again.
     pub wake_in: Duration,
+    /// While orders may flow (live, or draining before cleanup): read the
+    /// sale's Redis state and lag this often between reconciles, and
+    /// reconcile when they change (`steps::lag_watch`). A full pass every
+    /// poll costs ~10 requests; a thousand idle live sales cannot afford it.
+    pub watch_every: Option<Duration>,
     /// A refused change, surfaced as a condition.
     pub refused: Option<Refused>,
     /// Consumer replicas wanted now: none before the warm-up or once the
@@ -287,6 +292,7 @@ pub fn plan(timeline: &Timeline, wanted: &Wanted, observed: &Observed) -> Plan {
         now: observed.now,
         actions: Vec::new(),
         wakes: Vec::new(),
+        watch_every: None,
     };
     let lost = observed.life.lost_since.is_some() || observed.life.lost_in(&observed.redis);
     let (row_current, refused) = row_and_topic_steps(wanted, observed, lost, &mut draft.actions);
@@ -304,6 +310,7 @@ pub fn plan(timeline: &Timeline, wanted: &Wanted, observed: &Observed) -> Plan {
             state: window_state(timeline, wanted, observed.now),
             actions: draft.actions,
             wake_in: Duration::from_secs(1),
+            watch_every: None,
             refused,
             replicas: wanted.replicas,
         };
@@ -317,17 +324,20 @@ pub fn plan(timeline: &Timeline, wanted: &Wanted, observed: &Observed) -> Plan {
     Plan {
         state,
         wake_in: draft.wake_in(),
+        watch_every: draft.watch_every,
         actions: draft.actions,
         refused,
         replicas,
     }
 }
 
-/// The actions a plan collects, and the instants it wants to look again.
+/// The actions a plan collects, the instants it wants to look again, and
+/// how often its sale's orders are watched between those.
 struct Draft {
     now: DateTime<Utc>,
     actions: Vec<Action>,
     wakes: Vec<DateTime<Utc>>,
+    watch_every: Option<Duration>,
 }
 
 impl Draft {
@@ -410,7 +420,7 @@ fn in_window(
             SaleState::Warm
         };
     }
-    draft.wake_after(timeline.poll_every);
+    draft.watch_every = Some(timeline.poll_every);
     let index = periodic_index(timeline, now);
     if index > 0 {
         let started = observed
@@ -476,7 +486,7 @@ fn after_window(
             SaleState::CleaningUp
         }
         _ => {
-            draft.wake_after(timeline.poll_every);
+            draft.watch_every = Some(timeline.poll_every);
             SaleState::Ended
         }
     }
@@ -698,13 +708,24 @@ mod tests {
             redis: cold_redis(),
             ..observed(now)
         };
-        let rows: Vec<(&str, Observed, SaleState, Vec<Action>, Duration)> = vec![
+        let two = Some(Duration::from_secs(2));
+        // (what, observed, state, actions, wake-up, watched every)
+        type Row = (
+            &'static str,
+            Observed,
+            SaleState,
+            Vec<Action>,
+            Duration,
+            Option<Duration>,
+        );
+        let rows: Vec<Row> = vec![
             (
                 "one second before warm-up",
                 cold(WARM_AT - 1),
                 SaleState::Scheduled,
                 vec![],
                 Duration::from_secs(1),
+                None,
             ),
             (
                 "at warm-up",
@@ -712,6 +733,7 @@ mod tests {
                 SaleState::Warming,
                 vec![Action::Warm],
                 Duration::from_secs(1),
+                None,
             ),
             (
                 "warm, just before start",
@@ -719,13 +741,15 @@ mod tests {
                 SaleState::Warm,
                 vec![],
                 Duration::from_secs(1),
+                None,
             ),
             (
                 "at start",
                 observed(START),
                 SaleState::Live,
                 vec![],
-                Duration::from_secs(2),
+                HEARTBEAT,
+                two,
             ),
             (
                 "just before end",
@@ -733,6 +757,7 @@ mod tests {
                 SaleState::Live,
                 vec![Action::StartJob(JobKind::Periodic(2))],
                 Duration::from_secs(1),
+                two,
             ),
             (
                 "at end",
@@ -740,13 +765,18 @@ mod tests {
                 SaleState::Ended,
                 vec![Action::StartJob(JobKind::Final)],
                 JOB_POLL,
+                None,
             ),
         ];
-        for (what, o, state, actions, wake) in rows {
+        for (what, o, state, actions, wake, watch) in rows {
             let p = plan(&timeline(), &wanted(), &o);
             assert_eq!(p.state, state, "{what}");
             assert_eq!(steps(&p), actions, "{what}");
             assert_eq!(p.wake_in, wake, "{what}");
+            assert_eq!(
+                p.watch_every, watch,
+                "{what}: live sales are watched, not polled"
+            );
         }
     }
 
@@ -1031,6 +1061,16 @@ mod tests {
             s(&after(CLEANUP_AT, Some(Succeeded), None, Some(3))),
             (SaleState::Ended, vec![]),
             "not drained"
+        );
+        let draining = plan(
+            &timeline(),
+            &wanted(),
+            &after(CLEANUP_AT, Some(Succeeded), None, Some(3)),
+        );
+        assert_eq!(
+            draining.watch_every,
+            Some(Duration::from_secs(2)),
+            "watched until its lag is 0"
         );
         assert_eq!(
             s(&after(CLEANUP_AT, Some(Succeeded), None, None)),

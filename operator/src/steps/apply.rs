@@ -148,17 +148,17 @@ impl Step<'_> {
         let sale = self.sale();
         let (orders, dlq) = (topics::orders_topic(sale), topics::dead_letter_topic(sale));
         let partitions = self.fs.spec.consumers.max_replicas;
-        self.ctx
-            .admin
-            .ensure_topics(&[&orders, &dlq], partitions)
-            .await?;
+        self.ctx.admin.ensure_topics(&[&orders], partitions).await?;
+        // Dead letters are rare and read by a person: one partition, so a
+        // marketplace's thousand sales do not hold a thousand more per replica.
+        self.ctx.admin.ensure_topics(&[&dlq], 1).await?;
         let reason = if self.obs.partitions == 0 {
             "TopicsCreated"
         } else {
             "PartitionsAdded"
         };
         let note = format!(
-            "The topics {orders} and {dlq} have {partitions} partitions (consumers.maxReplicas)."
+            "The topic {orders} has {partitions} partitions (consumers.maxReplicas), {dlq} one."
         );
         self.tell(reason, "CreateTopics", note).await;
         Ok(())

@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use chrono::Utc;
 use flashsale_workload::bus::admin::AdminError;
-use flashsale_workload::bus::lag::LagReader;
 use flashsale_workload::bus::topics;
 use flashsale_workload::domain::sale::SaleConfig;
 use flashsale_workload::metrics::SaleLabels;
@@ -35,13 +34,14 @@ fn failed(e: impl std::fmt::Display) -> Error {
 /// state and topics and mark its row deleted. Orders stay.
 pub async fn cleanup_deleted(fs: Arc<FlashSale>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let config = sale_config(&fs, i64::from(fs.spec.stock), 1)?;
+    // Its drain is waited for here, every 2 s, not woken by the watch.
+    crate::steps::lag_watch::forget(&ctx, &config.id.to_string());
     if let Some(why) = pause_and_wait(&ctx, &fs, &config).await? {
         // A condition, and an event when it starts (not one every pass).
         outage::report(&ctx, &fs, "DeletionWaitsForDrain", why).await;
         return Err(Error::Waiting("the sale's orders to drain"));
     }
     remove(&ctx, &config).await?;
-    ctx.forget_lag_reader(&config.id.to_string());
     ctx.status_writes
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -89,10 +89,10 @@ async fn pause_and_wait(
     let lag = if partitions == 0 {
         Ok(0)
     } else {
-        match LagReader::new(&ctx.bootstrap, &topics::consumer_group(sale)) {
-            Ok(reader) => reader.read(&orders).await.map(|l| l.total()),
-            Err(e) => Err(e),
-        }
+        ctx.lag
+            .read_of(&topics::consumer_group(sale), &orders)
+            .await
+            .map(|l| l.total())
     };
     // A purchase that passed the script just before the pause may still be
     // producing (at most the purchase budget): its order must be counted in

@@ -2,10 +2,8 @@
 //! the topics, Redis, the consumer group's lag, the owned Deployment and Jobs,
 //! the last reconciliation — without changing anything.
 
-use std::sync::Arc;
-
 use chrono::Utc;
-use flashsale_workload::bus::lag::LagReader;
+use flashsale_workload::bus::lag::GroupLag;
 use flashsale_workload::bus::topics;
 use flashsale_workload::domain::sale::{LoadedSale, SaleConfig, SaleRef};
 use flashsale_workload::domain::stock::parse_shrink_id;
@@ -55,6 +53,11 @@ pub struct Observation {
     /// holds the sale (`None` when it could not be read: only the status
     /// shows it).
     pub queue: Option<(u64, u64)>,
+    /// Whether orders may flow (Redis holds the sale, or held it until it
+    /// was lost): only then is the lag read.
+    pub loaded: bool,
+    /// The consumer group's offsets the lag was computed from.
+    pub offsets: Option<GroupLag>,
 }
 
 fn job_phase(job: &Job) -> JobPhase {
@@ -68,26 +71,6 @@ fn job_phase(job: &Job) -> JobPhase {
         JobPhase::Failed
     } else {
         JobPhase::Running
-    }
-}
-
-impl Context {
-    fn lag_reader(&self, uid: &str, group: &str) -> Option<Arc<LagReader>> {
-        let mut readers = self.lag_readers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(reader) = readers.get(uid) {
-            return Some(reader.clone());
-        }
-        let reader = Arc::new(LagReader::new(&self.bootstrap, group).ok()?);
-        readers.insert(uid.to_string(), reader.clone());
-        Some(reader)
-    }
-
-    /// Drops the sale's lag reader (its orders no longer flow).
-    pub fn forget_lag_reader(&self, uid: &str) {
-        self.lag_readers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(uid);
     }
 }
 
@@ -122,7 +105,12 @@ pub async fn observe(ctx: &Context, fs: &FlashSale) -> Result<Observation, Obser
     let loaded = redis.metas.iter().any(Option::is_some)
         || life.lost_since.is_some()
         || (life.opened && !stored.as_ref().is_some_and(|s| s.drained));
-    let lag = read_lag(ctx, &config, loaded, partitions).await;
+    let offsets = read_offsets(ctx, &config, loaded, partitions).await;
+    let lag = if loaded {
+        offsets.as_ref().map(GroupLag::total)
+    } else {
+        Some(0)
+    };
     // The instant of the lag reading: scaling windows are measured from it.
     let now = Utc::now();
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &sale.namespace);
@@ -157,6 +145,8 @@ pub async fn observe(ctx: &Context, fs: &FlashSale) -> Result<Observation, Obser
         partitions,
         last_run,
         queue,
+        loaded,
+        offsets,
     })
 }
 
@@ -196,31 +186,35 @@ async fn pending_shrinks(
         .collect())
 }
 
-/// The consumer group's lag: 0 for a sale that holds no orders (and its
-/// Kafka client let go), `None` when it cannot be read.
-async fn read_lag(
+/// The consumer group's offsets: none for a sale that holds no orders, or
+/// when they cannot be read.
+async fn read_offsets(
     ctx: &Context,
     config: &SaleConfig,
     loaded: bool,
     partitions: i32,
-) -> Option<i64> {
-    if !loaded {
-        ctx.forget_lag_reader(&config.id.to_string());
-        return Some(0);
-    }
-    if partitions == 0 {
+) -> Option<GroupLag> {
+    if !loaded || partitions == 0 {
         return None;
     }
-    group_lag(ctx, config).await
+    group_offsets(ctx, &config.sale).await
 }
 
 /// The lag of the sale's consumer group over its order topic, `None` when
 /// it cannot be read.
 pub async fn group_lag(ctx: &Context, config: &SaleConfig) -> Option<i64> {
-    let sale = &config.sale;
-    let reader = ctx.lag_reader(&config.id.to_string(), &topics::consumer_group(sale))?;
-    match reader.read(&topics::orders_topic(sale)).await {
-        Ok(lag) => Some(lag.total()),
+    group_offsets(ctx, &config.sale)
+        .await
+        .as_ref()
+        .map(GroupLag::total)
+}
+
+/// The offsets of `sale`'s consumer group on its order topic, `None` when
+/// they cannot be read.
+pub async fn group_offsets(ctx: &Context, sale: &SaleRef) -> Option<GroupLag> {
+    let (group, topic) = (topics::consumer_group(sale), topics::orders_topic(sale));
+    match ctx.lag.read_of(&group, &topic).await {
+        Ok(offsets) => Some(offsets),
         Err(e) => {
             tracing::warn!(%sale, error = %e, "lag unreadable");
             None

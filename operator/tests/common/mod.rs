@@ -126,20 +126,24 @@ impl Operator {
         )
     }
 
-    /// Starts an operator whose sale pods run `image`.
+    /// Starts an operator whose sale pods run `image`, serving /metrics on `listen`.
     pub fn start_with_image(
         namespace: &str,
         database_url: &str,
         identity: &str,
         image: &str,
+        listen: &str,
     ) -> Self {
-        Self::spawn(
+        Self::spawn_with(
+            namespace,
             namespace,
             database_url,
             "flashsale-operator",
             identity,
             image,
             &stack::redis_url(),
+            &stack::kubeconfig(),
+            listen,
         )
     }
 

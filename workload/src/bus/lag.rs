@@ -8,7 +8,7 @@ use std::time::Duration;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::client_config;
+use super::{client_config, group_offsets};
 
 /// The offsets of one partition that lag is computed from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,15 +88,23 @@ impl GroupLag {
     }
 }
 
-/// Reads a group's lag without joining the group (no rebalance is caused).
+/// Reads a group's lag without joining the group (no rebalance is caused);
+/// [`LagReader::read_of`] reads any group's through the same client.
 pub struct LagReader {
     consumer: std::sync::Arc<BaseConsumer>,
+    group: String,
 }
 
 /// Lag could not be read.
 #[derive(Debug, thiserror::Error)]
 #[error("failed to read consumer-group lag: {0}")]
 pub struct LagError(String);
+
+impl LagError {
+    pub(super) fn new(why: String) -> Self {
+        Self(why)
+    }
+}
 
 impl From<rdkafka::error::KafkaError> for LagError {
     fn from(e: rdkafka::error::KafkaError) -> Self {
@@ -115,21 +123,28 @@ impl LagReader {
             .create()?;
         Ok(Self {
             consumer: std::sync::Arc::new(consumer),
+            group: group.to_string(),
         })
     }
 
-    /// The group's lag on `topic`: three requests (metadata, list offsets,
-    /// committed offsets) whatever the partition count.
+    /// The group's lag on `topic`: four requests (metadata, the newest and
+    /// oldest offsets, committed offsets) whatever the partition count.
     pub async fn read(&self, topic: &str) -> Result<GroupLag, LagError> {
+        self.read_of(&self.group, topic).await
+    }
+
+    /// `group`'s lag on `topic`, through this reader's client: one client
+    /// serves every group (the operator reads a thousand sales' lag).
+    pub async fn read_of(&self, group: &str, topic: &str) -> Result<GroupLag, LagError> {
         let consumer = self.consumer.clone();
-        let topic = topic.to_string();
-        tokio::task::spawn_blocking(move || read_blocking(&consumer, &topic))
+        let (group, topic) = (group.to_string(), topic.to_string());
+        tokio::task::spawn_blocking(move || read_blocking(&consumer, &group, &topic))
             .await
             .map_err(|e| LagError(e.to_string()))?
     }
 }
 
-fn read_blocking(consumer: &BaseConsumer, topic: &str) -> Result<GroupLag, LagError> {
+fn read_blocking(consumer: &BaseConsumer, group: &str, topic: &str) -> Result<GroupLag, LagError> {
     let metadata = consumer.fetch_metadata(Some(topic), LAG_TIMEOUT)?;
     let partitions: Vec<i32> = metadata
         .topics()
@@ -142,26 +157,19 @@ fn read_blocking(consumer: &BaseConsumer, topic: &str) -> Result<GroupLag, LagEr
         .collect();
     let latest = list_offsets(consumer, topic, &partitions, Offset::End)?;
     let earliest = list_offsets(consumer, topic, &partitions, Offset::Beginning)?;
-    let mut tpl = TopicPartitionList::new();
-    for &p in &partitions {
-        tpl.add_partition(topic, p);
-    }
-    let committed = consumer.committed_offsets(tpl, LAG_TIMEOUT)?;
+    let committed = group_offsets::committed(consumer, group, topic, &partitions, LAG_TIMEOUT)?;
     let partitions = partitions
         .iter()
         .zip(latest.iter().zip(&earliest))
-        .map(|(&partition, (&latest, &earliest))| PartitionOffsets {
-            partition,
-            earliest,
-            latest,
-            committed: match committed
-                .find_partition(topic, partition)
-                .map(|e| e.offset())
-            {
-                Some(Offset::Offset(o)) => Some(o),
-                _ => None,
+        .zip(committed)
+        .map(
+            |((&partition, (&latest, &earliest)), committed)| PartitionOffsets {
+                partition,
+                earliest,
+                latest,
+                committed,
             },
-        })
+        )
         .collect();
     Ok(GroupLag { partitions })
 }

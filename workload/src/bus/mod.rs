@@ -4,6 +4,7 @@
 //! errors ([`receive_errors`]).
 
 pub mod admin;
+mod group_offsets;
 pub mod lag;
 pub mod message;
 pub mod producer;
