@@ -14,7 +14,10 @@ use rdkafka::TopicPartitionList;
 use rdkafka::bindings as rd;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
-use super::lag::LagError;
+/// The committed offsets could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct GroupOffsetsError(String);
 
 /// Frees a native object when dropped.
 struct Owned<T> {
@@ -50,8 +53,8 @@ pub fn committed(
     topic: &str,
     partitions: &[i32],
     timeout: Duration,
-) -> Result<Vec<Option<i64>>, LagError> {
-    let group_id = CString::new(group).map_err(|e| LagError::new(e.to_string()))?;
+) -> Result<Vec<Option<i64>>, GroupOffsetsError> {
+    let group_id = CString::new(group).map_err(|e| GroupOffsetsError(e.to_string()))?;
     let mut asked = TopicPartitionList::new();
     for &p in partitions {
         asked.add_partition(topic, p);
@@ -77,7 +80,7 @@ pub fn committed(
             free: rd::rd_kafka_queue_destroy,
         };
         if request.ptr.is_null() || options.ptr.is_null() || queue.ptr.is_null() {
-            return Err(LagError::new(
+            return Err(GroupOffsetsError(
                 "librdkafka could not make the request".into(),
             ));
         }
@@ -97,14 +100,14 @@ pub fn committed(
             free: rd::rd_kafka_event_destroy,
         };
         if event.ptr.is_null() {
-            return Err(LagError::new(format!(
+            return Err(GroupOffsetsError(format!(
                 "no committed offsets of {group} within {timeout:?}"
             )));
         }
         if rd::rd_kafka_event_error(event.ptr)
             != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
         {
-            return Err(LagError::new(text(rd::rd_kafka_event_error_string(
+            return Err(GroupOffsetsError(text(rd::rd_kafka_event_error_string(
                 event.ptr,
             ))));
         }
@@ -112,18 +115,20 @@ pub fn committed(
         let mut count = 0usize;
         let groups = rd::rd_kafka_ListConsumerGroupOffsets_result_groups(result, &mut count);
         if result.is_null() || groups.is_null() || count != 1 {
-            return Err(LagError::new(format!(
+            return Err(GroupOffsetsError(format!(
                 "{count} groups answered for {group}"
             )));
         }
         let answer = *groups;
         let error = rd::rd_kafka_group_result_error(answer);
         if !error.is_null() {
-            return Err(LagError::new(text(rd::rd_kafka_error_string(error))));
+            return Err(GroupOffsetsError(text(rd::rd_kafka_error_string(error))));
         }
         let list = rd::rd_kafka_group_result_partitions(answer);
         if list.is_null() {
-            return Err(LagError::new(format!("no partitions answered for {group}")));
+            return Err(GroupOffsetsError(format!(
+                "no partitions answered for {group}"
+            )));
         }
         let elems =
             std::slice::from_raw_parts((*list).elems, usize::try_from((*list).cnt).unwrap_or(0));

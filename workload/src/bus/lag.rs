@@ -100,9 +100,9 @@ pub struct LagReader {
 #[error("failed to read consumer-group lag: {0}")]
 pub struct LagError(String);
 
-impl LagError {
-    pub(super) fn new(why: String) -> Self {
-        Self(why)
+impl From<group_offsets::GroupOffsetsError> for LagError {
+    fn from(e: group_offsets::GroupOffsetsError) -> Self {
+        Self(e.to_string())
     }
 }
 
