@@ -131,6 +131,12 @@ mod tests {
         })
     }
 
+    /// A one-shard sale polled every 2 s, as a reconcile read it at `at`.
+    fn watching(reading: Reading, at: Instant) -> Watched {
+        let sale = SaleRef::new("shop", "sale").unwrap();
+        Watched::new(sale, 1, true, Duration::from_secs(2), reading, at)
+    }
+
     fn reading(stock: i64, latest: i64, committed: i64) -> Reading {
         Reading {
             redis: redis(stock),
@@ -193,14 +199,7 @@ mod tests {
             ),
         ];
         for (what, fresh, after, wakes) in cases {
-            let mut watched = Watched::new(
-                SaleRef::new("shop", "sale").unwrap(),
-                1,
-                true,
-                Duration::from_secs(2),
-                quiet.clone(),
-                t0,
-            );
+            let mut watched = watching(quiet.clone(), t0);
             if what.starts_with("unchanged") {
                 // The change the trailing reads follow, at 0.
                 watched.wakes(reading(91, 10, 10), t0);
@@ -224,14 +223,7 @@ mod tests {
             redis: None,
             ..up.clone()
         };
-        let mut watched = Watched::new(
-            SaleRef::new("shop", "sale").unwrap(),
-            1,
-            true,
-            Duration::from_secs(2),
-            up.clone(),
-            t0,
-        );
+        let mut watched = watching(up.clone(), t0);
         let woken: Vec<bool> = [(down.clone(), 60), (down.clone(), 62), (down, 64), (up, 66)]
             .into_iter()
             .map(|(r, s)| watched.wakes(r, at(s)))
@@ -243,11 +235,7 @@ mod tests {
     fn a_reconcile_resets_the_baseline_and_keeps_when_it_last_changed() {
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
-        let every = Duration::from_secs(2);
-        let settled = |r, s| {
-            let sale = SaleRef::new("shop", "sale").unwrap();
-            Watched::new(sale, 1, true, every, r, at(s))
-        };
+        let settled = |r, s| watching(r, at(s));
         let mut watched = settled(reading(90, 10, 10), 0);
         watched.settle(settled(reading(90, 10, 10), 50), at(50));
         assert_eq!(
